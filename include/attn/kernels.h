@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/* Attention kernels: softmax, layernorm, activations, adds, linear maps, sdpa (+ backward). */
+#ifndef ATTN_KERNELS_H
+#define ATTN_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/export.h"
+#include "attn/gemm.h"
+#include "attn/status.h"
+#include "attn/view.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Dimension legend: B batch, T sequence (Tq queries, Tk keys), C model width,
+ * H heads, Hkv key/value heads, D head width (Dv value head width), F
+ * feed-forward width.
+ *
+ * Conventions for every kernel here:
+ * - x, y views have 1..4 dims and the same dtype (F32 or F64; else
+ *   ATTN_EDTYPE); any strides; row operations act on the last dim.
+ * - "In-place allowed" means y may be exactly the same view as x (same data,
+ *   shape, strides); any other overlap of an output with an input is
+ *   ATTN_EALIAS. Outputs must not broadcast (ATTN_ESTRIDE).
+ * - Backward functions ACCUMULATE into gradient outputs (dx += ...), as in
+ *   llm.c: residual branches and shared weights add up without temporaries.
+ *   Zero the gradients before the first backward call of a step.
+ * - On any non-OK status no output element has been written.
+ */
+
+/* ---- softmax ---------------------------------------------------------- */
+
+/**
+ * y = softmax(x) over the last dim: y_i = exp(x_i - m) / sum_j exp(x_j - m),
+ * m = max_j x_j. -inf entries get weight 0; a row of only -inf gives zeros
+ * (not NaN). In-place allowed. Since 0.1.
+ */
+ATTN_API attn_status attn_softmax(const attn_view *x, attn_view *y);
+
+/** dx += y * (dy - sum(dy * y)) over the last dim, with y = softmax(x). Since 0.1. */
+ATTN_API attn_status attn_softmax_backward(const attn_view *y, const attn_view *dy,
+                                           attn_view *dx);
+
+/* ---- layernorm -------------------------------------------------------- */
+
+/**
+ * y = (x - mean) * rstd * gamma + beta over the last dim C, with
+ * rstd = 1 / sqrt(var + eps), var the biased (1/C) variance (PyTorch's and
+ * the ViT seed's convention). gamma, beta: (C) or NULL (no affine). mean,
+ * rstd: optional outputs with x's shape minus the last dim (a 1-D x gives
+ * 1-element views), saved for the backward. eps must be >= 0 and finite.
+ * In-place allowed (y == x). Since 0.1.
+ */
+ATTN_API attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamma,
+                                    const attn_view *beta, attn_view *y, attn_view *mean,
+                                    attn_view *rstd);
+
+/**
+ * Accumulates dx, dgamma, dbeta (each may be NULL) from dy, using the mean
+ * and rstd the forward saved. gamma NULL means no affine. Since 0.1.
+ */
+ATTN_API attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
+                                             const attn_view *mean, const attn_view *rstd,
+                                             const attn_view *dy, attn_view *dx,
+                                             attn_view *dgamma, attn_view *dbeta);
+
+/* ---- activations, adds ------------------------------------------------ */
+
+typedef enum attn_act {
+    ATTN_ACT_GELU_TANH = 0, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (seeds) */
+    ATTN_ACT_GELU_ERF = 1,  /* 0.5 x (1 + erf(x / sqrt(2))) (PyTorch's default) */
+    ATTN_ACT_RELU = 2       /* max(x, 0) */
+} attn_act;
+
+/** y = act(x), elementwise; in-place allowed. ATTN_EINVAL for a bad act. Since 0.1. */
+ATTN_API attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y);
+
+/** dx += act'(x) * dy. Since 0.1. */
+ATTN_API attn_status attn_activation_backward(attn_act act, const attn_view *x,
+                                              const attn_view *dy, attn_view *dx);
+
+/** GELU, act = ATTN_ACT_GELU_TANH or ATTN_ACT_GELU_ERF (else ATTN_EINVAL). Since 0.1. */
+ATTN_API attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y);
+
+/** y = max(x, 0). In-place allowed. Since 0.1. */
+ATTN_API attn_status attn_relu(const attn_view *x, attn_view *y);
+
+/**
+ * y = x + b, b broadcasting to x's shape with NumPy's rules (a bias (C)
+ * against (B, T, C), or a residual of x's own shape). y may be x or b (when
+ * b has x's shape and strides). Since 0.1.
+ */
+ATTN_API attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y);
+
+/**
+ * Backward of y = x + b: dx += dy (dx NULL to skip), db += dy summed over
+ * the dims b was broadcast along (db NULL to skip). Since 0.1.
+ */
+ATTN_API attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db);
+
+/* ---- linear maps ------------------------------------------------------- */
+
+/**
+ * y = x W + b over the last dim: x (..., In), W (In, Out) (PyTorch's
+ * (Out, In) weight is the same matrix viewed with swapped strides), b (Out)
+ * or NULL, y (..., Out). Through attn_gemm. Workspace:
+ * attn_linear_workspace_size(); NULL/0 allocates. Since 0.1.
+ */
+ATTN_API attn_status attn_linear(const attn_view *x, const attn_view *w, const attn_view *b,
+                                 attn_view *y, void *work, size_t work_size);
+ATTN_API size_t attn_linear_workspace_size(const attn_view *x, const attn_view *w,
+                                           const attn_view *y);
+
+/**
+ * Backward of y = x W + b: dx += dy W^T, dW += x^T dy (summed over all
+ * leading dims), db += sum of dy. Any gradient may be NULL. Since 0.1.
+ */
+ATTN_API attn_status attn_linear_backward(const attn_view *x, const attn_view *w,
+                                          const attn_view *dy, attn_view *dx, attn_view *dw,
+                                          attn_view *db, void *work, size_t work_size);
+ATTN_API size_t attn_linear_backward_workspace_size(const attn_view *x, const attn_view *w,
+                                                    const attn_view *dy);
+
+/* ---- scaled dot-product attention -------------------------------------- */
+
+typedef enum attn_causal {
+    ATTN_CAUSAL_NONE = 0,
+    ATTN_CAUSAL_TOP_LEFT,     /* query i sees keys j <= i (PyTorch is_causal) */
+    ATTN_CAUSAL_BOTTOM_RIGHT  /* query i sees keys j <= i + Tk - Tq (KV cache) */
+} attn_causal;
+
+typedef enum attn_algo {
+    ATTN_ALGO_AUTO = 0,
+    ATTN_ALGO_MATERIALIZED, /* whole score rows; needed for opts.weights */
+    ATTN_ALGO_TILED         /* online softmax over key blocks; workspace independent of Tk */
+} attn_algo;
+
+/** Options for attn_sdpa; all-zero means the defaults. New fields only at the end. */
+typedef struct attn_sdpa_opts {
+    double           scale;    /* 0 -> 1/sqrt(D) */
+    attn_causal      causal;
+    const attn_view *keep;     /* U8 (B|1, H|1, Tq, Tk), 1 = may attend (PyTorch True) */
+    const attn_view *bias;     /* additive, q's dtype, same broadcasting as keep */
+    const int64_t   *kv_len;   /* (B) valid keys per batch, or NULL */
+    attn_view       *weights;  /* out, (B, H, Tq, Tk), or NULL */
+    attn_view       *lse;      /* out, (B, H, Tq), natural-log sum-exp of the scaled,
+                                  masked scores; or NULL */
+    attn_algo        algo;
+    int64_t          block_q, block_k; /* 0 -> tuned defaults */
+    int              threads;  /* 0 -> all cores */
+} attn_sdpa_opts;
+
+/**
+ * out = softmax(scale * q k^T + bias + mask) v, per batch and head.
+ * q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv), out (B, H, Tq, Dv);
+ * H % Hkv == 0, query head h reads key/value head h / (H / Hkv).
+ * A key is masked out when the causal rule, keep == 0, or j >= kv_len[b]
+ * says so. A row with no key left gives out = 0 and a finite lse (see
+ * docs/numerics.md); never NaN from masking alone.
+ * Statuses: ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE (incl. H % Hkv != 0, masks
+ * that do not broadcast), ATTN_EALIAS, ATTN_ESTRIDE, ATTN_ERANGE,
+ * ATTN_EUNSUPPORTED (weights with ATTN_ALGO_TILED), ATTN_EWORKSPACE,
+ * ATTN_ENOMEM. Since 0.1.
+ */
+ATTN_API attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
+                               const attn_sdpa_opts *opts, attn_view *out, void *work,
+                               size_t work_size);
+ATTN_API size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k,
+                                         const attn_view *v, const attn_sdpa_opts *opts);
+
+/**
+ * Backward of attn_sdpa: accumulates dq, dk, dv (each may be NULL) from
+ * dout, recomputing the probabilities from the forward's out and lse
+ * (B, H, Tq) (no Tq x Tk storage in the tiled path). opts must be the
+ * forward's (its weights/lse outputs are ignored). Since 0.1.
+ */
+ATTN_API attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k,
+                                        const attn_view *v, const attn_sdpa_opts *opts,
+                                        const attn_view *out, const attn_view *lse,
+                                        const attn_view *dout, attn_view *dq, attn_view *dk,
+                                        attn_view *dv, void *work, size_t work_size);
+ATTN_API size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
+                                                  const attn_view *v,
+                                                  const attn_sdpa_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTN_KERNELS_H */

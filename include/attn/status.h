@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* attn_status: the pinned error codes every fallible attn function returns. */
+#ifndef ATTN_STATUS_H
+#define ATTN_STATUS_H
+
+#include "attn/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Result of every fallible attn call. The numeric values are pinned forever
+ * (new codes are only appended). On any non-OK status the call has written
+ * nothing to its outputs.
+ */
+typedef enum attn_status {
+    ATTN_OK = 0,           /* success */
+    ATTN_EINVAL = 1,       /* invalid argument: NULL pointer, bad enum, bad config */
+    ATTN_EDTYPE = 2,       /* unsupported or mixed element types */
+    ATTN_ESHAPE = 3,       /* shapes do not match or do not broadcast */
+    ATTN_ESTRIDE = 4,      /* a stride the operation cannot accept */
+    ATTN_EALIAS = 5,       /* an output overlaps an input where not allowed */
+    ATTN_ERANGE = 6,       /* a size overflows int64/size_t or exceeds INT_MAX for BLAS */
+    ATTN_EWORKSPACE = 7,   /* the workspace passed is too small */
+    ATTN_ENOMEM = 8,       /* convenience allocation (work == NULL) failed */
+    ATTN_ELAPACK = 9,      /* a LAPACKE routine reported info != 0 */
+    ATTN_EUNSUPPORTED = 10,/* valid request this build or algorithm cannot do */
+    ATTN_EMPI = 11         /* an MPI call failed or ranks disagree */
+} attn_status;
+
+/** Number of status codes, for iterating over them in tests. */
+#define ATTN_STATUS_COUNT 12
+
+/**
+ * A short English description of status s, e.g. "shape mismatch".
+ * Never NULL: unknown values give "unknown attn status". Since 0.1.
+ */
+ATTN_API const char *attn_strerror(attn_status s);
+
+/** The enum constant's name, e.g. "ATTN_ESHAPE". Never NULL. Since 0.1. */
+ATTN_API const char *attn_status_name(attn_status s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ATTN_STATUS_H */

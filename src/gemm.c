@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/* attn_gemm: maps strided, batched views onto cblas_?gemm; the only CBLAS caller. */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "internal.h"
+
+/*
+ * A logical matrix: op(X) as an (r, c) array with element strides (sr, sc),
+ * i.e. the transpose is folded into the strides, so every operand looks the
+ * same from here on.
+ */
+typedef struct lmat {
+    int64_t r, c, sr, sc;
+} lmat;
+
+/* How a logical matrix reaches CBLAS (row-major layout, per operand flag). */
+typedef struct blas_form {
+    bool    direct;  /* false: pack into a contiguous (r, c) block first */
+    bool    trans;   /* true: the memory holds op(X)^T in row-major order */
+    int64_t ld;
+} blas_form;
+
+static blas_form form_of(lmat m) {
+    blas_form f = {false, false, 0};
+    int64_t sr = m.sr, sc = m.sc;
+    /* the stride of an extent-1 axis never matters: pick the convenient one */
+    if (m.c <= 1)
+        sc = 1;
+    if (m.r <= 1)
+        sr = m.c > 1 ? m.c : 1;
+    if (sc == 1 && sr >= (m.c > 1 ? m.c : 1)) {
+        f.direct = true;
+        f.ld = sr;
+        return f;
+    }
+    sr = m.sr;
+    sc = m.sc;
+    if (m.r <= 1)
+        sr = 1;
+    if (m.c <= 1)
+        sc = m.r > 1 ? m.r : 1;
+    if (sr == 1 && sc >= (m.r > 1 ? m.r : 1)) {
+        f.direct = f.trans = true;
+        f.ld = sc;
+    }
+    return f;
+}
+
+/* Operand set-up shared by attn_gemm and its workspace query. */
+typedef struct gemm_plan {
+    lmat       a, b, c;
+    blas_form  fa, fb, fc;
+    int        nb;                    /* batch dims of C */
+    int64_t    bshape[2];             /* batch extents */
+    int64_t    astr[2], bstr[2], cstr[2]; /* batch strides (0 = broadcast) */
+    size_t     es, wa, wb, wc;        /* element size, packed bytes per operand */
+} gemm_plan;
+
+static lmat logical(const attn_view *v, attn_trans t) {
+    int n = v->ndim;
+    lmat m = {v->shape[n - 2], v->shape[n - 1], v->stride[n - 2], v->stride[n - 1]};
+    if (t == ATTN_TRANS) {
+        int64_t x = m.r; m.r = m.c; m.c = x;
+        x = m.sr; m.sr = m.sc; m.sc = x;
+    }
+    return m;
+}
+
+/* Broadcast operand batch dims against C's: NumPy alignment from the right. */
+static attn_status batch_strides(const attn_view *x, const gemm_plan *p, int64_t *str) {
+    int nbx = x->ndim - 2;
+    if (nbx > p->nb)
+        return ATTN_ESHAPE;
+    for (int i = 0; i < p->nb; ++i) {
+        int j = i - (p->nb - nbx);
+        str[i] = 0;
+        if (j < 0)
+            continue;
+        if (x->shape[j] == p->bshape[i])
+            str[i] = x->stride[j];
+        else if (x->shape[j] != 1)
+            return ATTN_ESHAPE;
+        if (p->bshape[i] <= 1)
+            str[i] = 0;
+    }
+    return ATTN_OK;
+}
+
+static bool fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
+
+static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
+                             const attn_view *b, const attn_view *c, gemm_plan *p) {
+    if (!a || !b || !c || (ta != ATTN_NO_TRANS && ta != ATTN_TRANS) ||
+        (tb != ATTN_NO_TRANS && tb != ATTN_TRANS))
+        return ATTN_EINVAL;
+    ATTN_TRY(attn_view_check(a));
+    ATTN_TRY(attn_view_check(b));
+    ATTN_TRY(attn_view_check(c));
+    if (a->ndim < 2 || b->ndim < 2 || c->ndim < 2)
+        return ATTN_EINVAL;
+    if (a->dtype != b->dtype || a->dtype != c->dtype)
+        return ATTN_EDTYPE;
+    if (c->dtype != ATTN_F32 && c->dtype != ATTN_F64)
+        return ATTN_EDTYPE;
+    memset(p, 0, sizeof *p);
+    p->a = logical(a, ta);
+    p->b = logical(b, tb);
+    p->c = logical(c, ATTN_NO_TRANS);
+    if (p->a.r != p->c.r || p->b.c != p->c.c || p->a.c != p->b.r)
+        return ATTN_ESHAPE;
+    p->nb = c->ndim - 2;
+    for (int i = 0; i < p->nb; ++i)
+        p->bshape[i] = c->shape[i];
+    ATTN_TRY(batch_strides(a, p, p->astr));
+    ATTN_TRY(batch_strides(b, p, p->bstr));
+    for (int i = 0; i < p->nb; ++i)
+        p->cstr[i] = p->bshape[i] > 1 ? c->stride[i] : 0;
+    if (attn__self_overlaps(c))
+        return ATTN_ESTRIDE;
+    if (attn_view_overlaps(c, a) || attn_view_overlaps(c, b))
+        return ATTN_EALIAS;
+    if (!fits_int(p->c.r) || !fits_int(p->c.c) || !fits_int(p->a.c))
+        return ATTN_ERANGE;
+    p->es = attn_dtype_size(c->dtype);
+    p->fa = form_of(p->a);
+    p->fb = form_of(p->b);
+    p->fc = form_of(p->c);
+    const lmat *m[3] = {&p->a, &p->b, &p->c};
+    blas_form *f[3] = {&p->fa, &p->fb, &p->fc};
+    size_t *w[3] = {&p->wa, &p->wb, &p->wc};
+    for (int i = 0; i < 3; ++i) {
+        if (f[i]->direct) {
+            if (!fits_int(f[i]->ld))
+                f[i]->direct = false; /* too wide a leading dim: pack instead */
+            else
+                continue;
+        }
+        size_t bytes;
+        if (!attn__mul_sz((size_t)m[i]->r, (size_t)m[i]->c, &bytes) ||
+            !attn__mul_sz(bytes, p->es, &bytes) || bytes > SIZE_MAX - 64)
+            return ATTN_ERANGE;
+        *w[i] = attn__align64(bytes);
+        f[i]->ld = m[i]->c > 1 ? m[i]->c : 1;
+        f[i]->trans = false;
+    }
+    size_t total;
+    if (!attn__add_sz(p->wa, p->wb, &total) || !attn__add_sz(total, p->wc, &total))
+        return ATTN_ERANGE;
+    return ATTN_OK;
+}
+
+size_t attn_gemm_workspace_size(attn_trans ta, attn_trans tb, const attn_view *a,
+                                const attn_view *b, const attn_view *c) {
+    gemm_plan p;
+    if (plan_gemm(ta, tb, a, b, c, &p) != ATTN_OK)
+        return 0;
+    return p.wa + p.wb + p.wc;
+}
+
+/* Copy a logical matrix to/from a contiguous row-major block. */
+static void pack(const char *src, lmat m, size_t es, char *dst) {
+    for (int64_t i = 0; i < m.r; ++i)
+        for (int64_t j = 0; j < m.c; ++j)
+            memcpy(dst + (size_t)(i * m.c + j) * es, src + (i * m.sr + j * m.sc) * (int64_t)es,
+                   es);
+}
+
+static void unpack(const char *src, lmat m, size_t es, char *dst) {
+    for (int64_t i = 0; i < m.r; ++i)
+        for (int64_t j = 0; j < m.c; ++j)
+            memcpy(dst + (i * m.sr + j * m.sc) * (int64_t)es, src + (size_t)(i * m.c + j) * es,
+                   es);
+}
+
+/* One C := alpha op(A) op(B) + beta C on raw pointers, in row-major CBLAS terms. */
+static void blas_call(const gemm_plan *p, double alpha, const void *a, const void *b,
+                      double beta, void *c) {
+    int M = (int)p->c.r, N = (int)p->c.c, K = (int)p->a.c;
+    if (M == 0 || N == 0)
+        return;
+    if (K == 0) { /* C := beta C; BLAS quick-return rules differ between libraries */
+        lmat m = p->c;
+        for (int64_t i = 0; i < m.r; ++i)
+            for (int64_t j = 0; j < m.c; ++j) {
+                int64_t off = p->fc.trans ? i + j * p->fc.ld : i * p->fc.ld + j;
+                if (p->es == 4)
+                    ((float *)c)[off] = beta == 0.0 ? 0.0f : (float)beta * ((float *)c)[off];
+                else
+                    ((double *)c)[off] = beta == 0.0 ? 0.0 : beta * ((double *)c)[off];
+            }
+        return;
+    }
+    const void *A = a, *B = b;
+    blas_form fa = p->fa, fb = p->fb;
+    int ldc = (int)p->fc.ld;
+    if (p->fc.trans) {
+        /* C is column-major: compute C^T = op(B)^T op(A)^T in row-major terms */
+        const void *t = A; A = B; B = t;
+        blas_form ft = fa; fa = fb; fb = ft;
+        fa.trans = !fa.trans;
+        fb.trans = !fb.trans;
+        int x = M; M = N; N = x;
+    }
+    enum CBLAS_TRANSPOSE tA = fa.trans ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tB = fb.trans ? CblasTrans : CblasNoTrans;
+    if (p->es == 4)
+        cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, (float)alpha, (const float *)A,
+                    (int)fa.ld, (const float *)B, (int)fb.ld, (float)beta, (float *)c, ldc);
+    else
+        cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, alpha, (const double *)A, (int)fa.ld,
+                    (const double *)B, (int)fb.ld, beta, (double *)c, ldc);
+}
+
+/*
+ * When B is shared by the whole batch and A and C are row-major with batch
+ * dims that continue their row stride, the batch is just more rows of A and
+ * C: one large GEMM (a projection of (B, T, C) activations by a (C, N)
+ * weight) instead of B*T/T small ones.
+ */
+static bool fold_batch(gemm_plan *p) {
+    if (p->nb == 0 || !p->fa.direct || p->fa.trans || !p->fc.direct || p->fc.trans)
+        return false;
+    int64_t rows = p->c.r;
+    for (int i = p->nb - 1; i >= 0; --i) {
+        if (p->bshape[i] == 1)
+            continue;
+        if (p->bstr[i] != 0)
+            return false;
+        if (p->astr[i] != rows * p->fa.ld || p->cstr[i] != rows * p->fc.ld)
+            return false;
+        rows *= p->bshape[i];
+    }
+    if (!fits_int(rows))
+        return false;
+    p->a.r = p->c.r = rows;
+    p->nb = 0;
+    return true;
+}
+
+attn_status attn_gemm(attn_trans ta, attn_trans tb, double alpha, const attn_view *a,
+                      const attn_view *b, double beta, attn_view *c, void *work,
+                      size_t work_size) {
+    gemm_plan p;
+    ATTN_TRY(plan_gemm(ta, tb, a, b, c, &p));
+    fold_batch(&p);
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, p.wa + p.wb + p.wc, &owned));
+    char *wa = work, *wb = wa ? wa + p.wa : NULL, *wc = wb ? wb + p.wb : NULL;
+    int64_t nbatch = 1;
+    for (int i = 0; i < p.nb; ++i)
+        nbatch *= p.bshape[i];
+    int64_t es = (int64_t)p.es;
+    for (int64_t t = 0; t < nbatch; ++t) {
+        int64_t idx[2] = {0, 0}, rem = t;
+        for (int i = p.nb - 1; i >= 0; --i) {
+            idx[i] = rem % p.bshape[i];
+            rem /= p.bshape[i];
+        }
+        int64_t oa = 0, ob = 0, oc = 0;
+        for (int i = 0; i < p.nb; ++i) {
+            oa += idx[i] * p.astr[i];
+            ob += idx[i] * p.bstr[i];
+            oc += idx[i] * p.cstr[i];
+        }
+        const char *pa = (const char *)a->data + oa * es;
+        const char *pb = (const char *)b->data + ob * es;
+        char *pc = (char *)c->data + oc * es;
+        if (p.wa) {
+            pack(pa, p.a, p.es, wa);
+            pa = wa;
+        }
+        if (p.wb) {
+            pack(pb, p.b, p.es, wb);
+            pb = wb;
+        }
+        if (p.wc) {
+            if (beta != 0.0)
+                pack(pc, p.c, p.es, wc);
+            blas_call(&p, alpha, pa, pb, beta, wc);
+            unpack(wc, p.c, p.es, pc);
+        } else {
+            blas_call(&p, alpha, pa, pb, beta, pc);
+        }
+    }
+    free(owned);
+    return ATTN_OK;
+}

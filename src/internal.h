@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* Private helpers shared by attn's sources; never installed. */
+#ifndef ATTN_INTERNAL_H
+#define ATTN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "attn/attn.h"
+
+#define ATTN_HIDDEN __attribute__((visibility("hidden")))
+
+/* Propagate a non-OK status. */
+#define ATTN_TRY(expr)                     \
+    do {                                   \
+        attn_status attn_try_s_ = (expr);  \
+        if (attn_try_s_ != ATTN_OK)        \
+            return attn_try_s_;            \
+    } while (0)
+
+/* Overflow-checked arithmetic: return false when the result overflows. */
+static inline bool attn__mul_i64(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool attn__add_i64(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_add_overflow(a, b, r);
+}
+static inline bool attn__mul_sz(size_t a, size_t b, size_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool attn__add_sz(size_t a, size_t b, size_t *r) {
+    return !__builtin_add_overflow(a, b, r);
+}
+
+/* Round n up to a multiple of 64 bytes (workspace carving keeps alignment). */
+static inline size_t attn__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
+
+/* A bump allocator over a caller workspace: carve aligned blocks in order. */
+typedef struct attn__arena {
+    char  *base;
+    size_t size, used;
+} attn__arena;
+
+static inline void *attn__arena_take(attn__arena *a, size_t bytes) {
+    size_t off = attn__align64(a->used);
+    if (off > a->size || bytes > a->size - off)
+        return NULL;
+    a->used = off + bytes;
+    return a->base + off;
+}
+
+/*
+ * Convenience workspace: when (*work, *size) is (NULL, 0) and need > 0,
+ * allocate 64-byte-aligned memory and set *owned (caller frees with
+ * free(*owned) after the call). Else check the size: ATTN_EWORKSPACE.
+ */
+ATTN_HIDDEN attn_status attn__work_acquire(void **work, size_t *size, size_t need,
+                                           void **owned);
+
+/* Element address of v at multi-index idx (ndim entries). */
+static inline void *attn__elem(const attn_view *v, const int64_t *idx) {
+    int64_t off = 0;
+    for (int k = 0; k < v->ndim; ++k)
+        off += idx[k] * v->stride[k];
+    return (char *)v->data + off * (int64_t)attn_dtype_size(v->dtype);
+}
+
+/* Check a view and require a given ndim and a float dtype (F32/F64). */
+ATTN_HIDDEN attn_status attn__check_float(const attn_view *v, int ndim);
+
+/* True when any stride of a non-trivial axis is 0 (a broadcast view). */
+ATTN_HIDDEN bool attn__has_broadcast(const attn_view *v);
+
+/*
+ * Conservative self-overlap test for outputs: sorting axes by |stride|, each
+ * axis must step past everything the inner axes span. Views that fail (stride
+ * 0, or interleaved layouts) are rejected as outputs with ATTN_ESTRIDE.
+ */
+ATTN_HIDDEN bool attn__self_overlaps(const attn_view *v);
+
+/* Debug-only invariant checks. */
+#include <assert.h>
+#define ATTN_ASSERT(x) assert(x)
+
+#endif /* ATTN_INTERNAL_H */
