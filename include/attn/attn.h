@@ -9,5 +9,6 @@
 #include "attn/view.h"
 #include "attn/gemm.h"
 #include "attn/kernels.h"
+#include "attn/layers.h"
 
 #endif /* ATTN_ATTN_H */
