@@ -236,7 +236,7 @@ ATTN_API size_t attn_encoder_cache_size(const attn_encoder_config *cfg, int64_t 
 /**
  * Bind every view the encoder backward needs (ln1, q, k, v, concat, lse,
  * residual1, ln2, mlp_hidden_pre, mlp_hidden, ln1/ln2 mean and rstd,
- * residual2) from one slab into views (at least 16 entries) and point
+ * residual2) from one slab into views (at least 15 entries) and point
  * trace at them. Since 0.1.
  */
 ATTN_API attn_status attn_encoder_cache_bind(const attn_encoder_config *cfg, int64_t B,
