@@ -10,5 +10,6 @@
 #include "attn/gemm.h"
 #include "attn/kernels.h"
 #include "attn/layers.h"
+#include "attn/init.h"
 
 #endif /* ATTN_ATTN_H */
