@@ -80,6 +80,32 @@ ATTN_HIDDEN bool attn__has_broadcast(const attn_view *v);
  */
 ATTN_HIDDEN bool attn__self_overlaps(const attn_view *v);
 
+/*
+ * Threads and the BLAS (src/gemm.c; docs/design.md "Threads and the BLAS").
+ * attn's own parallel loops run attn__threads(requested, tasks) threads
+ * (requested 0 = OpenMP's default team size; never more than `tasks`; 1 when
+ * OpenMP is off or nesting is inactive). A region that runs more than one
+ * thread calls attn_gemm from each of them and must bracket itself with
+ * attn__blas_serial_begin/end(nthreads), which make the BLAS single-threaded
+ * for the duration (reference-counted; a no-op for nthreads <= 1 and for BLAS
+ * builds that are already serial inside OpenMP regions).
+ */
+ATTN_HIDDEN int attn__threads(int requested, int64_t tasks);
+ATTN_HIDDEN void attn__blas_serial_begin(int nthreads);
+ATTN_HIDDEN void attn__blas_serial_end(int nthreads);
+
+/*
+ * Vectorized exponentials (src/vexp.c): x[i] := exp(x[i] - m) for i < n,
+ * returning the sum of the new x[i]. exp(-inf) is exactly 0, NaN stays NaN.
+ * The f32 one is a polynomial with a run-time chosen AVX2/AVX-512 clone
+ * (max relative error about 1e-7); the f64 one uses libm's exp. attn__vmax_*
+ * is the maximum of x[0..n) (-inf for n == 0; NaN entries may be skipped).
+ */
+ATTN_HIDDEN float attn__vexp_sum_f32(float *x, int64_t n, float m);
+ATTN_HIDDEN double attn__vexp_sum_f64(double *x, int64_t n, double m);
+ATTN_HIDDEN float attn__vmax_f32(const float *x, int64_t n);
+ATTN_HIDDEN double attn__vmax_f64(const double *x, int64_t n);
+
 /* Debug-only invariant checks. */
 #include <assert.h>
 #define ATTN_ASSERT(x) assert(x)

@@ -85,4 +85,28 @@ void ref_linear_backward(const attn_view *x, const attn_view *w, const attn_view
                          const attn_view *want_dx, const attn_view *want_dw,
                          const attn_view *want_db);
 
+/* ---- sdpa references (ref_sdpa.c) ---- */
+
+/*
+ * Attention by plain loops in double (the lecture seed's "loop" version): for
+ * every (b, h, i), s_j = scale q_i . k_j + bias_ij over the keys j the masks
+ * leave (opts: causal, keep, bias, kv_len; masks broadcast NumPy-style),
+ * p = exp(s - max) / sum, out_i = sum_j p_j v_j. A row with no key left: out
+ * = 0, weights 0, lse = -1e30. out (B, H, Tq, Dv), weights (B, H, Tq, Tk),
+ * lse (B, H, Tq): row-major F64 views, each may be NULL.
+ */
+void ref_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
+              const attn_sdpa_opts *opts, const attn_view *out, const attn_view *weights,
+              const attn_view *lse);
+
+/*
+ * Gradients of sum(dout * out) by the explicit formulas: P (Tq, Tk) per head,
+ * dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
+ * dK = scale dS^T Q (GQA heads summed). dq, dk, dv: row-major F64 views with
+ * q's, k's, v's shapes, OVERWRITTEN (each may be NULL).
+ */
+void ref_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *v,
+                       const attn_sdpa_opts *opts, const attn_view *dout, const attn_view *dq,
+                       const attn_view *dk, const attn_view *dv);
+
 #endif

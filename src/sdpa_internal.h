@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* What attn_sdpa and attn_sdpa_backward share: the validated plan and the score tile. */
+#ifndef ATTN_SDPA_INTERNAL_H
+#define ATTN_SDPA_INTERNAL_H
+
+#include "internal.h"
+
+/*
+ * The lse of a row with no key to attend to (docs/numerics.md): a finite
+ * stand-in for log(0) = -inf, far below any real lse, so that merging
+ * partial results through their lse (exp(lse_a - lse_max)) gives such a row
+ * no weight, and small enough in magnitude that lse - x never overflows.
+ */
+#define ATTN__SDPA_LSE_EMPTY (-1e30)
+
+/* Default tiles (docs/design.md "sdpa": measured on the 2-core machine). */
+#define ATTN__SDPA_BQ 128    /* query rows per task (tiled) */
+#define ATTN__SDPA_BK 256    /* keys per tile (tiled) */
+#define ATTN__SDPA_BQ_MAT 32 /* query rows per task (materialized: bq x Tk scores) */
+
+/* Validated arguments of one attention call, shared by forward and backward. */
+typedef struct attn__sdpa_plan {
+    attn_dtype dt;
+    int64_t    B, H, Hkv, Tq, Tk, D, Dv;
+    int64_t    group;        /* H / Hkv: query heads per key/value head */
+    double     scale;
+    attn_causal causal;
+    int64_t    causal_shift; /* causal: key j visible to query i iff j <= i + shift */
+    bool       has_keep, has_bias;
+    attn_view  keep, bias;   /* broadcast to (B, H, Tq, Tk) */
+    const int64_t *kv_len;
+    bool       tiled;        /* the algorithm actually run */
+    int64_t    bq, bk;       /* query rows per task, keys per tile */
+    int        threads;      /* opts->threads as requested */
+} attn__sdpa_plan;
+
+/*
+ * Check q, k, v and the options (everything but the output views): dtypes,
+ * shapes (H % Hkv), mask dtypes and broadcasting, kv_len in [0, Tk], enums,
+ * sizes for the BLAS. want_weights: the caller asks for opts->weights (the
+ * forward), which selects MATERIALIZED under AUTO and is EUNSUPPORTED with
+ * TILED.
+ */
+ATTN_HIDDEN attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k,
+                                             const attn_view *v, const attn_sdpa_opts *opts,
+                                             bool want_weights, attn__sdpa_plan *p);
+
+/* Keys [0, limit) may be visible to query row i of batch b (causal and kv_len). */
+static inline int64_t attn__sdpa_key_limit(const attn__sdpa_plan *p, int64_t b, int64_t i) {
+    int64_t lim = p->kv_len ? p->kv_len[b] : p->Tk;
+    if (p->causal != ATTN_CAUSAL_NONE && i + p->causal_shift + 1 < lim)
+        lim = i + p->causal_shift + 1;
+    return lim < 0 ? 0 : lim;
+}
+
+/* True when keep allows at least one (i, j) of the tile rows x cols at (b, h, i0, j0). */
+ATTN_HIDDEN bool attn__sdpa_keep_any(const attn__sdpa_plan *p, int64_t b, int64_t h,
+                                     int64_t i0, int64_t rows, int64_t j0, int64_t cols);
+
+/*
+ * The score tile S (rows, cols), row stride lds, for batch b, query head h,
+ * queries i0.., keys j0..: S = scale q k^T + bias through attn_gemm, with
+ * -inf where a key is masked (keep == 0, or j >= key_limit(i)). gw/gws: this
+ * thread's attn_gemm workspace. Returns attn_gemm's status.
+ */
+ATTN_HIDDEN attn_status attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q,
+                                          const attn_view *k, int64_t b, int64_t h,
+                                          int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                                          void *s, int64_t lds, void *gw, size_t gws);
+
+/* A 2-D (rows, cols) view of v[b, h, r0:r0+rows, :] (a 4-D view). */
+ATTN_HIDDEN attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0,
+                                      int64_t rows);
+
+/* A contiguous (rows, cols) view with row stride ld over workspace memory. */
+ATTN_HIDDEN attn_view attn__sdpa_buf(attn_dtype dt, void *data, int64_t rows, int64_t cols,
+                                     int64_t ld);
+
+#endif

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/* Per-dtype body of attn_sdpa (included by src/sdpa.c with T, SFX, EXP, VMAX, VEXP_SUM set). */
+
+/*
+ * Bias and masks on a score tile S (rows, cols) for queries i0.., keys j0..:
+ * S += bias; S = -inf where keep == 0 or j >= key_limit(i).
+ */
+static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i0,
+                           int64_t rows, int64_t j0, int64_t cols, T *s, int64_t lds) {
+    for (int64_t r = 0; r < rows; ++r) {
+        T *sr = s + r * lds;
+        int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
+        lim = lim < 0 ? 0 : lim > cols ? cols : lim;
+        if (p->has_bias) {
+            const T *br = (const T *)at4(&p->bias, b, h, i0 + r, j0);
+            int64_t sj = p->bias.stride[3];
+            if (sj == 1)
+                for (int64_t c = 0; c < lim; ++c)
+                    sr[c] += br[c];
+            else
+                for (int64_t c = 0; c < lim; ++c)
+                    sr[c] += br[c * sj];
+        }
+        if (p->has_keep) {
+            const uint8_t *kr = (const uint8_t *)at4(&p->keep, b, h, i0 + r, j0);
+            int64_t sj = p->keep.stride[3];
+            for (int64_t c = 0; c < lim; ++c)
+                sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
+        }
+        for (int64_t c = lim; c < cols; ++c)
+            sr[c] = (T)-INFINITY;
+    }
+}
+
+/*
+ * One task of the forward: batch b, query head h, query rows i0..i0+rows.
+ * Online softmax over key tiles (Milakov & Gimelshein 2018; FlashAttention-2,
+ * Dao 2023): per row the running max m and sum l of exp(s - m), and
+ * acc = sum_j exp(s_j - m) v_j, rescaled by exp(m_old - m_new) when m grows.
+ * The MATERIALIZED algorithm is the same loop with one tile of whole rows
+ * (bk = Tk), after which the tile holds the unnormalized weights.
+ */
+static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0,
+                                 char *wsp) {
+    const attn__sdpa_plan *p = &c->p;
+    int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
+    int64_t lds = p->bk, Dv = p->Dv;
+    T *s = (T *)(wsp + c->off_s), *acc = (T *)(wsp + c->off_acc);
+    T *m = (T *)(wsp + c->off_m), *l = (T *)(wsp + c->off_l);
+    void *gw = c->gws ? wsp + c->off_gw : NULL;
+    attn_view acc_v = attn__sdpa_buf(p->dt, acc, rows, Dv, Dv);
+    /* key_limit grows with i: the last row sees the most keys */
+    int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1);
+    bool any = false; /* acc has been written */
+    for (int64_t r = 0; r < rows; ++r) {
+        m[r] = (T)-INFINITY;
+        l[r] = 0;
+    }
+    int64_t hk = h / p->group;
+    for (int64_t j0 = 0; j0 < khi; j0 += p->bk) {
+        int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
+        if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
+            continue; /* a fully masked tile costs nothing */
+        ATTN_TRY(attn__sdpa_scores(p, &c->q, &c->k, b, h, i0, rows, j0, cols, s, lds, gw,
+                                   c->gws));
+        for (int64_t r = 0; r < rows; ++r) {
+            T *sr = s + r * lds;
+            int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
+            lim = lim < 0 ? 0 : lim > cols ? cols : lim;
+            T mt = VMAX(sr, lim);
+            T mn = mt > m[r] ? mt : m[r];
+            if (mn == (T)-INFINITY) { /* nothing visible yet: P row = 0 */
+                memset(sr, 0, (size_t)cols * sizeof(T));
+                continue;
+            }
+            T sum = VEXP_SUM(sr, lim, mn); /* P = exp(S - m_new) */
+            memset(sr + lim, 0, (size_t)(cols - lim) * sizeof(T));
+            T corr = EXP(m[r] - mn); /* 0 when m_old = -inf */
+            l[r] = l[r] * corr + sum;
+            m[r] = mn;
+            if (any && corr != 1) {
+                T *ar = acc + r * Dv;
+                if (corr == 0)
+                    memset(ar, 0, (size_t)Dv * sizeof(T));
+                else
+                    for (int64_t d = 0; d < Dv; ++d)
+                        ar[d] *= corr;
+            }
+        }
+        /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
+        attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
+        attn_view vt = attn__sdpa_rows(&c->v, b, hk, j0, cols);
+        ATTN_TRY(attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0,
+                           &acc_v, gw, c->gws));
+        any = true;
+    }
+    /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
+    for (int64_t r = 0; r < rows; ++r) {
+        bool live = any && l[r] > 0;
+        T inv = live ? 1 / l[r] : 0;
+        T *orow = (T *)at4(&c->out, b, h, i0 + r, 0);
+        int64_t so = c->out.stride[3];
+        for (int64_t d = 0; d < Dv; ++d)
+            orow[d * so] = live ? acc[r * Dv + d] * inv : 0;
+        if (c->lse)
+            *(T *)at3(c->lse, b, h, i0 + r) =
+                live ? (T)((double)m[r] + log((double)l[r])) : (T)ATTN__SDPA_LSE_EMPTY;
+        if (c->weights) { /* materialized: s holds exp(S - m) for keys [0, khi) */
+            T *wrow = (T *)at4(c->weights, b, h, i0 + r, 0);
+            int64_t sw = c->weights->stride[3];
+            for (int64_t j = 0; j < p->Tk; ++j)
+                wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;
+        }
+    }
+    return ATTN_OK;
+}
