@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/* attn-bench-sdpa: attn_sdpa throughput (GFLOP/s) beside a large sgemm measured in the same run. */
+#define _POSIX_C_SOURCE 200809L
+#include <attn/attn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static void fill(float *x, size_t n, unsigned *s) {
+    for (size_t i = 0; i < n; ++i) {
+        *s = *s * 1664525u + 1013904223u;
+        x[i] = (float)((*s >> 8) * (2.0 / 16777216.0) - 1.0);
+    }
+}
+
+static void die(const char *what, attn_status st) {
+    fprintf(stderr, "attn-bench-sdpa: %s: %s\n", what, attn_strerror(st));
+    exit(1);
+}
+
+/* Median seconds of `reps` attn_gemm calls on an n^3 f32 product (the BLAS's own threads). */
+static double sgemm_gflops(int64_t n, int reps) {
+    size_t nn = (size_t)(n * n);
+    float *a = malloc(nn * 4), *b = malloc(nn * 4), *c = malloc(nn * 4);
+    unsigned s = 7;
+    fill(a, nn, &s);
+    fill(b, nn, &s);
+    attn_view A, B, C;
+    int64_t sh[2] = {n, n};
+    attn_view_init(&A, ATTN_F32, a, 2, sh);
+    attn_view_init(&B, ATTN_F32, b, 2, sh);
+    attn_view_init(&C, ATTN_F32, c, 2, sh);
+    double t[16];
+    attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
+    if (st) die("attn_gemm", st);
+    for (int r = 0; r < reps; ++r) {
+        double t0 = now();
+        attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
+        t[r] = now() - t0;
+    }
+    free(a); free(b); free(c);
+    return 2.0 * (double)n * (double)n * (double)n / median(t, reps) * 1e-9;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: attn-bench-sdpa [-t T]... [-a tiled|mat|both] [-c 0|1|both] [-r reps]\n"
+            "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-n]\n"
+            "  B=1, H=12, D=64, f32; default T = 256 512 ... 8192. -n: skip the sgemm.\n"
+            "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal); time = median of reps.\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    int64_t Ts[16], nT = 0, H = 12, D = 64, bq = 0, bk = 0;
+    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-n")) { do_gemm = 0; continue; }
+        if (!v) usage();
+        ++i;
+        if (!strcmp(a, "-t") && nT < 16) Ts[nT++] = atoll(v);
+        else if (!strcmp(a, "-a")) algos = !strcmp(v, "tiled") ? 2 : !strcmp(v, "mat") ? 1 : 3;
+        else if (!strcmp(a, "-c")) causals = !strcmp(v, "0") ? 1 : !strcmp(v, "1") ? 2 : 3;
+        else if (!strcmp(a, "-r")) reps = atoi(v);
+        else if (!strcmp(a, "-j")) threads = atoi(v);
+        else if (!strcmp(a, "-q")) bq = atoll(v);
+        else if (!strcmp(a, "-k")) bk = atoll(v);
+        else if (!strcmp(a, "-H")) H = atoll(v);
+        else usage();
+    }
+    if (reps < 1 || reps > 16) usage();
+    if (nT == 0)
+        for (int64_t T = 256; T <= 8192; T *= 2) Ts[nT++] = T;
+    double peak = do_gemm ? sgemm_gflops(2048, reps) : 0;
+    if (do_gemm)
+        printf("sgemm 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s (median of %d)\n", peak,
+               reps);
+    {
+        float dummy = 0;
+        attn_view q;
+        int64_t sh[4] = {1, H, 65536, D}, st[4] = {0, 0, 0, 0};
+        attn_view_init_strided(&q, ATTN_F32, &dummy, 4, sh, st);
+        attn_sdpa_opts o = {.algo = ATTN_ALGO_TILED, .threads = threads, .block_q = bq,
+                            .block_k = bk};
+        printf("tiled workspace at T=65536: %.2f MiB\n",
+               (double)attn_sdpa_workspace_size(&q, &q, &q, &o) / (1 << 20));
+    }
+    printf("%6s %6s %6s %10s %9s %7s\n", "T", "algo", "causal", "ms", "GFLOP/s", "%sgemm");
+    for (int64_t ti = 0; ti < nT; ++ti) {
+        int64_t T = Ts[ti];
+        size_t n = (size_t)(H * T * D);
+        float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4);
+        unsigned s = 1;
+        fill(q, n, &s);
+        fill(k, n, &s);
+        fill(v, n, &s);
+        attn_view Q, K, V, O;
+        int64_t sh[4] = {1, H, T, D};
+        attn_view_init(&Q, ATTN_F32, q, 4, sh);
+        attn_view_init(&K, ATTN_F32, k, 4, sh);
+        attn_view_init(&V, ATTN_F32, v, 4, sh);
+        attn_view_init(&O, ATTN_F32, o, 4, sh);
+        for (int alg = 1; alg <= 2; ++alg) {
+            if (!(algos & alg)) continue;
+            for (int c = 0; c < 2; ++c) {
+                if (!(causals & (1 << c))) continue;
+                attn_sdpa_opts op = {.algo = alg == 1 ? ATTN_ALGO_MATERIALIZED : ATTN_ALGO_TILED,
+                                     .causal = c ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
+                                     .threads = threads, .block_q = bq, .block_k = bk};
+                size_t ws = attn_sdpa_workspace_size(&Q, &K, &V, &op);
+                void *work = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
+                attn_status st = attn_sdpa(&Q, &K, &V, &op, &O, work, ws); /* warm-up */
+                if (st) die("attn_sdpa", st);
+                double t[16];
+                for (int r = 0; r < reps; ++r) {
+                    double t0 = now();
+                    attn_sdpa(&Q, &K, &V, &op, &O, work, ws);
+                    t[r] = now() - t0;
+                }
+                double sec = median(t, reps);
+                double flop = 4.0 * (double)H * (double)T * (double)T * (double)D * (c ? 0.5 : 1);
+                double gf = flop / sec * 1e-9;
+                printf("%6lld %6s %6s %10.3f %9.1f %7.1f\n", (long long)T,
+                       alg == 1 ? "mat" : "tiled", c ? "yes" : "no", sec * 1e3, gf,
+                       peak > 0 ? 100 * gf / peak : 0.0);
+                fflush(stdout);
+                free(work);
+            }
+        }
+        free(q); free(k); free(v); free(o);
+    }
+    return 0;
+}
