@@ -11,5 +11,6 @@
 #include "attn/kernels.h"
 #include "attn/layers.h"
 #include "attn/init.h"
+#include "attn/diag.h"
 
 #endif /* ATTN_ATTN_H */
