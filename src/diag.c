@@ -173,11 +173,12 @@ static attn_status lwork_of(double q, lapack_int *lw) {
     return ATTN_OK;
 }
 
-/* Bytes of `count` elements of `size`, 64-byte aligned, added to *total. */
-static bool add_block(size_t *total, size_t count, size_t size) {
+/* Carve `count` elements of `size` at *offset = *total, 64-byte aligned; false on overflow. */
+static bool add_block(size_t *total, size_t count, size_t size, size_t *offset) {
     size_t b;
     if (!attn__mul_sz(count, size, &b) || attn__align64(b) < b)
         return false;
+    *offset = *total;
     return attn__add_sz(*total, attn__align64(b), total);
 }
 
@@ -187,7 +188,7 @@ static bool add_block(size_t *total, size_t count, size_t size) {
 typedef struct eig_plan {
     lapack_int n, lwork, liwork;
     int64_t    rows;
-    size_t     j_bytes, w_bytes, r_bytes, l_bytes, total;
+    size_t     w_off, r_off, l_off, i_off, total; /* J at offset 0 */
 } eig_plan;
 
 static attn_status eig_plan_make(const attn_view *p, eig_plan *pl, int *info) {
@@ -209,22 +210,13 @@ static attn_status eig_plan_make(const attn_view *p, eig_plan *pl, int *info) {
     pl->n = (lapack_int)n;
     ATTN_TRY(lwork_of(wq, &pl->lwork));
     pl->liwork = iq < 1 ? 1 : iq;
-    size_t t = 0;
-    if (!add_block(&t, (size_t)n, (size_t)n * sizeof(double)))
+    size_t j_off;
+    if (!add_block(&pl->total, (size_t)n, (size_t)n * sizeof(double), &j_off) ||
+        !add_block(&pl->total, (size_t)n, sizeof(double), &pl->w_off) ||
+        !add_block(&pl->total, (size_t)pl->rows, sizeof(double), &pl->r_off) ||
+        !add_block(&pl->total, (size_t)pl->lwork, sizeof(double), &pl->l_off) ||
+        !add_block(&pl->total, (size_t)pl->liwork, sizeof(lapack_int), &pl->i_off))
         return ATTN_ERANGE;
-    pl->j_bytes = t;
-    if (!add_block(&t, (size_t)n, sizeof(double)))
-        return ATTN_ERANGE;
-    pl->w_bytes = t - pl->j_bytes;
-    if (!add_block(&t, (size_t)pl->rows, sizeof(double)))
-        return ATTN_ERANGE;
-    pl->r_bytes = t - pl->j_bytes - pl->w_bytes;
-    if (!add_block(&t, (size_t)pl->lwork, sizeof(double)))
-        return ATTN_ERANGE;
-    pl->l_bytes = t - pl->j_bytes - pl->w_bytes - pl->r_bytes;
-    if (!add_block(&t, (size_t)pl->liwork, sizeof(lapack_int)))
-        return ATTN_ERANGE;
-    pl->total = t;
     return ATTN_OK;
 }
 
@@ -253,9 +245,10 @@ attn_status attn_diag_softmax_jacobian_spectral(const attn_view *p, attn_view *o
         return ATTN_OK;
     void *owned;
     ATTN_TRY(attn__work_acquire(&work, &work_size, pl.total, &owned));
-    double *j = work, *w = (double *)((char *)work + pl.j_bytes);
-    double *res = (double *)((char *)w + pl.w_bytes), *lw = (double *)((char *)res + pl.r_bytes);
-    lapack_int *iw = (lapack_int *)((char *)lw + pl.l_bytes);
+    char *wb = work;
+    double *j = work, *w = (double *)(wb + pl.w_off), *res = (double *)(wb + pl.r_off);
+    double *lw = (double *)(wb + pl.l_off);
+    lapack_int *iw = (lapack_int *)(wb + pl.i_off);
     int64_t n = pl.n, st = p->stride[p->ndim - 1], idx[ATTN_MAX_DIMS] = {0};
 
     /* every norm into the workspace first: a LAPACK failure leaves out untouched */
@@ -292,7 +285,7 @@ attn_status attn_diag_softmax_jacobian_spectral(const attn_view *p, attn_view *o
 /* Workspace: A (m x n, column-major), s (k), work (lwork), iwork (8 k); k = min(m, n). */
 typedef struct svd_plan {
     lapack_int m, n, k, lwork;
-    size_t     a_bytes, s_bytes, l_bytes, total;
+    size_t     s_off, l_off, i_off, total; /* A at offset 0 */
 } svd_plan;
 
 static attn_status svd_plan_make(const attn_view *a, svd_plan *pl, int *info) {
@@ -316,19 +309,12 @@ static attn_status svd_plan_make(const attn_view *a, svd_plan *pl, int *info) {
     pl->n = (lapack_int)n;
     pl->k = (lapack_int)k;
     ATTN_TRY(lwork_of(wq, &pl->lwork));
-    size_t t = 0;
-    if (!add_block(&t, (size_t)m, (size_t)n * sizeof(double)))
+    size_t a_off;
+    if (!add_block(&pl->total, (size_t)m, (size_t)n * sizeof(double), &a_off) ||
+        !add_block(&pl->total, (size_t)k, sizeof(double), &pl->s_off) ||
+        !add_block(&pl->total, (size_t)pl->lwork, sizeof(double), &pl->l_off) ||
+        !add_block(&pl->total, 8 * (size_t)k, sizeof(lapack_int), &pl->i_off))
         return ATTN_ERANGE;
-    pl->a_bytes = t;
-    if (!add_block(&t, (size_t)k, sizeof(double)))
-        return ATTN_ERANGE;
-    pl->s_bytes = t - pl->a_bytes;
-    if (!add_block(&t, (size_t)pl->lwork, sizeof(double)))
-        return ATTN_ERANGE;
-    pl->l_bytes = t - pl->a_bytes - pl->s_bytes;
-    if (!add_block(&t, 8 * (size_t)k, sizeof(lapack_int)))
-        return ATTN_ERANGE;
-    pl->total = t;
     return ATTN_OK;
 }
 
@@ -338,10 +324,9 @@ static attn_status svd_plan_make(const attn_view *a, svd_plan *pl, int *info) {
  */
 static attn_status svd_run(const attn_view *a, const svd_plan *pl, void *work, double **s,
                            int *info) {
-    double *A = work;
-    *s = (double *)((char *)work + pl->a_bytes);
-    double *lw = (double *)((char *)*s + pl->s_bytes);
-    lapack_int *iw = (lapack_int *)((char *)lw + pl->l_bytes);
+    double *A = work, *lw = (double *)((char *)work + pl->l_off);
+    lapack_int *iw = (lapack_int *)((char *)work + pl->i_off);
+    *s = (double *)((char *)work + pl->s_off);
     int64_t m = pl->m, n = pl->n, s0 = a->stride[0], s1 = a->stride[1];
     for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < m; ++i) {
