@@ -37,12 +37,26 @@ extern "C" {
 
 /**
  * y = softmax(x) over the last dim: y_i = exp(x_i - m) / sum_j exp(x_j - m),
- * m = max_j x_j. -inf entries get weight 0; a row of only -inf gives zeros
- * (not NaN). In-place allowed. Since 0.1.
+ * m = max_j x_j (so any finite logits, 1e30 included, cannot overflow; the
+ * sum is accumulated in double for both dtypes).
+ * Special rows: -inf entries get weight 0; a row of only -inf gives zeros
+ * (not NaN); a NaN anywhere in a row makes the whole row NaN; +inf entries
+ * share the row's weight equally (the limit), all others get 0.
+ * Shapes: x, y (..., n), equal. In-place allowed (y the same view as x).
+ * Returns ATTN_OK, ATTN_EINVAL (NULL or malformed view), ATTN_EDTYPE (not
+ * F32/F64, or mixed), ATTN_ESHAPE (shapes differ), ATTN_ESTRIDE (y
+ * broadcasts or overlaps itself), ATTN_EALIAS (y overlaps x otherwise than
+ * being the same view). Since 0.1.
  */
 ATTN_API attn_status attn_softmax(const attn_view *x, attn_view *y);
 
-/** dx += y * (dy - sum(dy * y)) over the last dim, with y = softmax(x). Since 0.1. */
+/**
+ * dx += y * (dy - sum(dy * y)) over the last dim, with y = softmax(x) the
+ * forward's output (the row dot product in double). y, dy, dx: same shape;
+ * dx must not overlap y or dy. NaN in y or dy propagates to its row.
+ * Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE,
+ * ATTN_EALIAS. Since 0.1.
+ */
 ATTN_API attn_status attn_softmax_backward(const attn_view *y, const attn_view *dy,
                                            attn_view *dx);
 
@@ -51,18 +65,34 @@ ATTN_API attn_status attn_softmax_backward(const attn_view *y, const attn_view *
 /**
  * y = (x - mean) * rstd * gamma + beta over the last dim C, with
  * rstd = 1 / sqrt(var + eps), var the biased (1/C) variance (PyTorch's and
- * the ViT seed's convention). gamma, beta: (C) or NULL (no affine). mean,
- * rstd: optional outputs with x's shape minus the last dim (a 1-D x gives
- * 1-element views), saved for the backward. eps must be >= 0 and finite.
- * In-place allowed (y == x). Since 0.1.
+ * the ViT seed's convention; the seed uses eps = 1e-5, PyTorch's default).
+ * Mean and variance are computed by two passes in double for both dtypes.
+ * gamma, beta: (C) or NULL (no scale / no shift). mean, rstd: optional
+ * outputs (NULL to skip) with x's shape minus the last dim (a 1-D x gives
+ * 1-element views (1)), saved for the backward. eps must be >= 0 and finite;
+ * eps = 0 with a constant row gives NaN (0 / 0), as in PyTorch.
+ * In-place allowed (y the same view as x); mean and rstd must not overlap
+ * any other argument.
+ * Returns ATTN_OK, ATTN_EINVAL (NULL x/y, malformed view, eps negative,
+ * NaN or infinite), ATTN_EDTYPE, ATTN_ESHAPE (y differs from x, C == 0,
+ * gamma/beta not (C), mean/rstd not x's leading shape), ATTN_ESTRIDE (an
+ * output broadcasts), ATTN_EALIAS. Since 0.1.
  */
 ATTN_API attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamma,
                                     const attn_view *beta, attn_view *y, attn_view *mean,
                                     attn_view *rstd);
 
 /**
- * Accumulates dx, dgamma, dbeta (each may be NULL) from dy, using the mean
- * and rstd the forward saved. gamma NULL means no affine. Since 0.1.
+ * Backward of attn_layernorm, accumulating (each gradient may be NULL):
+ *   xh = (x - mean) rstd, g = dy * gamma (g = dy when gamma is NULL),
+ *   dx += rstd (g - mean_C(g) - xh mean_C(g xh)),
+ *   dgamma += sum over rows of dy xh, dbeta += sum over rows of dy.
+ * mean and rstd (required) are the forward's outputs; gamma is the
+ * forward's (NULL: no scale). dgamma is computed whenever given (with gamma
+ * NULL it is the gradient at gamma = 1). Row sums run in double.
+ * Outputs must not overlap inputs or each other.
+ * Returns ATTN_OK, ATTN_EINVAL (NULL x, mean, rstd or dy), ATTN_EDTYPE,
+ * ATTN_ESHAPE, ATTN_ESTRIDE, ATTN_EALIAS. Since 0.1.
  */
 ATTN_API attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
                                              const attn_view *mean, const attn_view *rstd,
@@ -77,54 +107,98 @@ typedef enum attn_act {
     ATTN_ACT_RELU = 2       /* max(x, 0) */
 } attn_act;
 
-/** y = act(x), elementwise; in-place allowed. ATTN_EINVAL for a bad act. Since 0.1. */
+/**
+ * y = act(x), elementwise, in the dtype's own precision. GELU tanh is the
+ * seeds' formula verbatim; GELU erf is evaluated as 0.5 x erfc(-x / sqrt 2)
+ * (the same function, accurate for negative x). ReLU keeps NaN (NaN < 0 is
+ * false) and -0.0. x, y: same shape, any strides. In-place allowed.
+ * Returns ATTN_OK, ATTN_EINVAL (bad act, NULL or malformed view),
+ * ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE (y broadcasts), ATTN_EALIAS.
+ * Since 0.1.
+ */
 ATTN_API attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y);
 
-/** dx += act'(x) * dy. Since 0.1. */
+/**
+ * dx += act'(x) * dy, elementwise, act' evaluated in double. ReLU'(0) = 0
+ * (PyTorch's choice); NaN in x propagates. x, dy, dx: same shape; dx must
+ * not overlap x or dy. Statuses as attn_activation. Since 0.1.
+ */
 ATTN_API attn_status attn_activation_backward(attn_act act, const attn_view *x,
                                               const attn_view *dy, attn_view *dx);
 
-/** GELU, act = ATTN_ACT_GELU_TANH or ATTN_ACT_GELU_ERF (else ATTN_EINVAL). Since 0.1. */
+/**
+ * GELU: attn_activation with act = ATTN_ACT_GELU_TANH or ATTN_ACT_GELU_ERF
+ * (any other act: ATTN_EINVAL). In-place allowed. Since 0.1.
+ */
 ATTN_API attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y);
 
-/** y = max(x, 0). In-place allowed. Since 0.1. */
+/** y = max(x, 0): attn_activation with ATTN_ACT_RELU. In-place allowed. Since 0.1. */
 ATTN_API attn_status attn_relu(const attn_view *x, attn_view *y);
 
 /**
  * y = x + b, b broadcasting to x's shape with NumPy's rules (a bias (C)
- * against (B, T, C), or a residual of x's own shape). y may be x or b (when
- * b has x's shape and strides). Since 0.1.
+ * against (B, T, C), a (B, 1, C) per-batch shift, or a residual of x's own
+ * shape). y has x's shape. y may be the same view as x, or as b (when b has
+ * x's shape); any other overlap of y with x or b is ATTN_EALIAS.
+ * Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE (y differs from x,
+ * b does not broadcast), ATTN_ESTRIDE (y broadcasts), ATTN_EALIAS. Since 0.1.
  */
 ATTN_API attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y);
 
 /**
- * Backward of y = x + b: dx += dy (dx NULL to skip), db += dy summed over
- * the dims b was broadcast along (db NULL to skip). Since 0.1.
+ * Backward of y = x + b: dx += dy (dx NULL to skip; dy's shape), db += dy
+ * summed over the dims b was broadcast along (db NULL to skip; db's shape
+ * must broadcast to dy's, e.g. (C) for a bias). The sums run in double.
+ * dx and db must not overlap dy or each other.
+ * Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE,
+ * ATTN_EALIAS. Since 0.1.
  */
 ATTN_API attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db);
 
 /* ---- linear maps ------------------------------------------------------- */
 
 /**
- * y = x W + b over the last dim: x (..., In), W (In, Out) (PyTorch's
- * (Out, In) weight is the same matrix viewed with swapped strides), b (Out)
- * or NULL, y (..., Out). Through attn_gemm. Workspace:
- * attn_linear_workspace_size(); NULL/0 allocates. Since 0.1.
+ * y = x W + b over the last dim: x (..., In) with up to 3 leading dims
+ * (a 1-D x is one row), W (In, Out) (PyTorch's (Out, In) weight is the same
+ * matrix viewed with swapped strides), b (Out) or NULL, y (..., Out) with
+ * x's leading dims. One attn_gemm (batch dims fold into rows when the
+ * layouts allow), then the bias add. y must not overlap x, W or b.
+ * Workspace: attn_linear_workspace_size(x, w, y) bytes (0 unless an operand
+ * must be packed); work == NULL && work_size == 0 allocates for this call.
+ * Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE,
+ * ATTN_EALIAS, ATTN_ERANGE (a dim beyond INT_MAX), ATTN_EWORKSPACE,
+ * ATTN_ENOMEM. Since 0.1.
  */
 ATTN_API attn_status attn_linear(const attn_view *x, const attn_view *w, const attn_view *b,
                                  attn_view *y, void *work, size_t work_size);
+/** Bytes of workspace attn_linear needs; 0 when none (or the arguments are invalid). */
 ATTN_API size_t attn_linear_workspace_size(const attn_view *x, const attn_view *w,
                                            const attn_view *y);
 
 /**
- * Backward of y = x W + b: dx += dy W^T, dW += x^T dy (summed over all
- * leading dims), db += sum of dy. Any gradient may be NULL. Since 0.1.
+ * Backward of y = x W + b, accumulating (each gradient may be NULL):
+ *   dx += dy W^T   (x's shape),
+ *   dW += x^T dy   summed over all leading dims (one GEMM over the merged
+ *                  rows when both layouts allow it, else one per matrix),
+ *   db += sum of dy over all leading dims (in double).
+ * Outputs must not overlap the inputs or each other.
+ * Workspace: attn_linear_backward_workspace_size(x, w, dy, dx, dw) bytes,
+ * which depends on the layouts of the gradients too (0 for row- or
+ * column-major ones); work == NULL && work_size == 0 allocates.
+ * Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE,
+ * ATTN_EALIAS, ATTN_ERANGE, ATTN_EWORKSPACE, ATTN_ENOMEM. Since 0.1.
  */
 ATTN_API attn_status attn_linear_backward(const attn_view *x, const attn_view *w,
                                           const attn_view *dy, attn_view *dx, attn_view *dw,
                                           attn_view *db, void *work, size_t work_size);
+/**
+ * Bytes of workspace attn_linear_backward needs for these operands (dx, dw
+ * may be NULL, as in the call); 0 when none or when the arguments are
+ * invalid. Since 0.1.
+ */
 ATTN_API size_t attn_linear_backward_workspace_size(const attn_view *x, const attn_view *w,
-                                                    const attn_view *dy);
+                                                    const attn_view *dy, const attn_view *dx,
+                                                    const attn_view *dw);
 
 /* ---- scaled dot-product attention -------------------------------------- */
 

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
+#include <math.h>
+
+#include "tmpl/rows.h"
+
+#define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
+#define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */
+#define K_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
+
+enum { GELU_CHUNK = 256 }; /* elements per vectorized-exp chunk (stack) */
+
+/* Axes of a broadcast sum, with strides in the source (dy) and destination (db). */
+typedef struct k_axes {
+    int n;
+    int64_t shape[ATTN_MAX_DIMS], ssrc[ATTN_MAX_DIMS], sdst[ATTN_MAX_DIMS];
+} k_axes;
+
+/* db += dy over broadcast axes: kept leading axes, summed leading axes, then the last. */
+typedef struct k_sum {
+    k_axes keep, red;
+    int64_t nkeep, nred; /* products of their extents */
+    int64_t n, sn, dn;   /* last axis: extent, dy stride, db stride */
+    bool last_kept;
+} k_sum;
+
+static inline void k_sum_offset(const k_axes *a, int64_t lin, int64_t *os, int64_t *od) {
+    *os = *od = 0;
+    for (int k = a->n - 1; k >= 0; --k) {
+        int64_t i = lin % a->shape[k];
+        lin /= a->shape[k];
+        *os += i * a->ssrc[k];
+        *od += i * a->sdst[k];
+    }
+}
+
+/* dbb: db broadcast to dy's shape (stride 0 where it was broadcast). */
+static void k_sum_plan(k_sum *p, const attn_view *dy, const attn_view *dbb) {
+    int nd = dy->ndim;
+    p->keep.n = p->red.n = 0;
+    p->nkeep = p->nred = 1;
+    for (int k = 0; k < nd - 1; ++k) {
+        if (dy->shape[k] == 1)
+            continue;
+        bool red = dbb->stride[k] == 0;
+        k_axes *a = red ? &p->red : &p->keep;
+        a->shape[a->n] = dy->shape[k];
+        a->ssrc[a->n] = dy->stride[k];
+        a->sdst[a->n] = dbb->stride[k];
+        a->n++;
+        *(red ? &p->nred : &p->nkeep) *= dy->shape[k];
+    }
+    p->n = dy->shape[nd - 1];
+    p->sn = dy->stride[nd - 1];
+    p->dn = dbb->stride[nd - 1];
+    p->last_kept = p->dn != 0 || p->n <= 1;
+}
+
+/* Instantiate the template for float, then double (include order matters). */
+/* clang-format off */
+#define ATTN_TMPL_F32
+#include "tmpl/dtype_on.h"
+#include "tmpl/elementwise.h"
+#include "tmpl/dtype_off.h"
+#define ATTN_TMPL_F64
+#include "tmpl/dtype_on.h"
+#include "tmpl/elementwise.h"
+#include "tmpl/dtype_off.h"
+/* clang-format on */
+
+static bool act_ok(attn_act act) {
+    return act == ATTN_ACT_GELU_TANH || act == ATTN_ACT_GELU_ERF || act == ATTN_ACT_RELU;
+}
+
+attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
+    if (!act_ok(act))
+        return ATTN_EINVAL;
+    ATTN_TRY(k_check_float(x, 0));
+    ATTN_TRY(k_check_float(y, x->dtype));
+    if (!k_same_shape(x, y))
+        return ATTN_ESHAPE;
+    ATTN_TRY(k_check_out(y, 1, (const attn_view *[]){x}, 1u));
+    if (attn_view_numel(x) == 0)
+        return ATTN_OK;
+    k_iter it;
+    k_iter_init(&it, 2, (const attn_view *[]){x, y}, true);
+    if (x->dtype == ATTN_F32)
+        act_f32(act, &it, x, y);
+    else
+        act_f64(act, &it, x, y);
+    return ATTN_OK;
+}
+
+attn_status attn_activation_backward(attn_act act, const attn_view *x, const attn_view *dy,
+                                     attn_view *dx) {
+    if (!act_ok(act))
+        return ATTN_EINVAL;
+    ATTN_TRY(k_check_float(x, 0));
+    ATTN_TRY(k_check_float(dy, x->dtype));
+    ATTN_TRY(k_check_float(dx, x->dtype));
+    if (!k_same_shape(x, dy) || !k_same_shape(x, dx))
+        return ATTN_ESHAPE;
+    ATTN_TRY(k_check_out(dx, 2, (const attn_view *[]){x, dy}, 0));
+    if (attn_view_numel(x) == 0)
+        return ATTN_OK;
+    k_iter it;
+    k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx}, true);
+    if (x->dtype == ATTN_F32)
+        act_bwd_f32(act, &it, x, dy, dx);
+    else
+        act_bwd_f64(act, &it, x, dy, dx);
+    return ATTN_OK;
+}
+
+attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {
+    if (act != ATTN_ACT_GELU_TANH && act != ATTN_ACT_GELU_ERF)
+        return ATTN_EINVAL;
+    return attn_activation(act, x, y);
+}
+
+attn_status attn_relu(const attn_view *x, attn_view *y) {
+    return attn_activation(ATTN_ACT_RELU, x, y);
+}
+
+/* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
+static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_view *out) {
+    if (b->ndim > x->ndim)
+        return ATTN_ESHAPE;
+    return attn_view_broadcast(b, x->ndim, x->shape, out);
+}
+
+attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_TRY(k_check_float(x, 0));
+    ATTN_TRY(k_check_float(b, x->dtype));
+    ATTN_TRY(k_check_float(y, x->dtype));
+    if (!k_same_shape(x, y))
+        return ATTN_ESHAPE;
+    attn_view bb;
+    ATTN_TRY(broadcast_to(b, x, &bb));
+    ATTN_TRY(k_check_out(y, 2, (const attn_view *[]){x, b}, 3u));
+    if (attn_view_numel(x) == 0)
+        return ATTN_OK;
+    k_iter it;
+    k_iter_init(&it, 3, (const attn_view *[]){x, &bb, y}, true);
+    if (x->dtype == ATTN_F32)
+        add_f32(&it, x, &bb, y);
+    else
+        add_f64(&it, x, &bb, y);
+    return ATTN_OK;
+}
+
+attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_TRY(k_check_float(dy, 0));
+    attn_view dbb;
+    if (dx) {
+        ATTN_TRY(k_check_float(dx, dy->dtype));
+        if (!k_same_shape(dx, dy))
+            return ATTN_ESHAPE;
+    }
+    if (db) {
+        ATTN_TRY(k_check_float(db, dy->dtype));
+        ATTN_TRY(broadcast_to(db, dy, &dbb));
+    }
+    if (dx)
+        ATTN_TRY(k_check_out(dx, 1, (const attn_view *[]){dy}, 0));
+    if (db)
+        ATTN_TRY(k_check_out(db, 2, (const attn_view *[]){dy, dx}, 0));
+    if (attn_view_numel(dy) == 0)
+        return ATTN_OK;
+    if (dx) { /* dx := dx + dy */
+        k_iter it;
+        k_iter_init(&it, 3, (const attn_view *[]){dx, dy, dx}, true);
+        if (dy->dtype == ATTN_F32)
+            add_f32(&it, dx, dy, dx);
+        else
+            add_f64(&it, dx, dy, dx);
+    }
+    if (db) {
+        k_sum p;
+        k_sum_plan(&p, dy, &dbb);
+        if (dy->dtype == ATTN_F32)
+            sum_into_f32(&p, dy, &dbb);
+        else
+            sum_into_f64(&p, dy, &dbb);
+    }
+    return ATTN_OK;
+}

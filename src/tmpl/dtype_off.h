@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: MIT */
+/* Undo tmpl/dtype_on.h so the next instantiation can redefine the macros. */
+#undef T
+#undef T_IS_F32
+#undef T_VEXP_SUM
+#undef SFX
+#undef T_EXP
+#undef T_TANH
+#undef T_ERFC
+#undef ATTN_TMPL_F32
+#undef ATTN_TMPL_F64
