@@ -62,11 +62,18 @@ static inline fx_file *fx_load(const char *name) {
     return fx;
 }
 
-static inline fx_tensor *fx_get(fx_file *fx, const char *name) {
+/* The tensor called name, or NULL when the fixture has none. */
+static inline fx_tensor *fx_find(fx_file *fx, const char *name) {
     for (int i = 0; i < fx->ntensors; ++i)
         if (!strcmp(fx->t[i].name, name)) return &fx->t[i];
-    fprintf(stderr, "fixture: no tensor %s\n", name);
     return NULL;
+}
+
+/* Like fx_find, but a missing tensor is reported (the caller's assert then fails). */
+static inline fx_tensor *fx_get(fx_file *fx, const char *name) {
+    fx_tensor *t = fx_find(fx, name);
+    if (!t) fprintf(stderr, "fixture: no tensor %s\n", name);
+    return t;
 }
 
 static inline long long fx_meta(const fx_file *fx, const char *key, long long dflt) {
