@@ -157,6 +157,14 @@ static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
     return ATTN_OK;
 }
 
+size_t attn__gemm_pack_size(const attn_view *x, attn_trans t) {
+    lmat m = logical(x, t);
+    blas_form f = form_of(m);
+    if (f.direct && fits_int(f.ld))
+        return 0;
+    return attn__align64((size_t)m.r * (size_t)m.c * attn_dtype_size(x->dtype));
+}
+
 size_t attn_gemm_workspace_size(attn_trans ta, attn_trans tb, const attn_view *a,
                                 const attn_view *b, const attn_view *c) {
     gemm_plan p;
@@ -328,13 +336,17 @@ static bool blas_needs_serial(void) {
 }
 #endif
 
-int attn__threads(int requested, int64_t tasks) {
+int attn__threads(int requested, int64_t tasks, double flops) {
     int n = 1;
 #if ATTN_HAVE_OPENMP
     if (omp_get_active_level() < omp_get_max_active_levels())
         n = requested > 0 ? requested : omp_get_max_threads();
+    /* automatic: a fork/join costs ~10 us idle, and ms when another process holds a core */
+    if (requested == 0 && flops < ATTN__PARALLEL_MIN_FLOPS)
+        n = 1;
 #else
     (void)requested;
+    (void)flops;
 #endif
     if (tasks < n)
         n = tasks > 1 ? (int)tasks : 1;

@@ -81,16 +81,26 @@ ATTN_HIDDEN bool attn__has_broadcast(const attn_view *v);
 ATTN_HIDDEN bool attn__self_overlaps(const attn_view *v);
 
 /*
+ * Bytes attn_gemm packs for the 2-D operand op(x) (0 when it maps straight
+ * onto CBLAS): a product's workspace is the sum over its three operands.
+ * For callers that size one workspace for many products on tiles of the same
+ * views. x must be valid with a size that fits (no overflow check).
+ */
+ATTN_HIDDEN size_t attn__gemm_pack_size(const attn_view *x, attn_trans t);
+
+/*
  * Threads and the BLAS (src/gemm.c; docs/design.md "Threads and the BLAS").
- * attn's own parallel loops run attn__threads(requested, tasks) threads
- * (requested 0 = OpenMP's default team size; never more than `tasks`; 1 when
- * OpenMP is off or nesting is inactive). A region that runs more than one
+ * attn's own parallel loops run attn__threads(requested, tasks, flops)
+ * threads: `requested` if > 0, else OpenMP's default team size, or 1 when
+ * the call is smaller than ATTN__PARALLEL_MIN_FLOPS; never more than `tasks`;
+ * 1 when OpenMP is off or nesting is inactive. A region that runs more than one
  * thread calls attn_gemm from each of them and must bracket itself with
  * attn__blas_serial_begin/end(nthreads), which make the BLAS single-threaded
  * for the duration (reference-counted; a no-op for nthreads <= 1 and for BLAS
  * builds that are already serial inside OpenMP regions).
  */
-ATTN_HIDDEN int attn__threads(int requested, int64_t tasks);
+#define ATTN__PARALLEL_MIN_FLOPS 4e6
+ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__blas_serial_begin(int nthreads);
 ATTN_HIDDEN void attn__blas_serial_end(int nthreads);
 

@@ -18,6 +18,16 @@
 #define ATTN__SDPA_BK 256    /* keys per tile (tiled) */
 #define ATTN__SDPA_BQ_MAT 32 /* query rows per task (materialized: bq x Tk scores) */
 
+/* Element (i0, i1, i2, i3) of a 4-D view, and (i0, i1, i2) of a 3-D one. */
+static inline void *attn__at4(const attn_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    int64_t off = i0 * v->stride[0] + i1 * v->stride[1] + i2 * v->stride[2] + i3 * v->stride[3];
+    return (char *)v->data + off * (int64_t)attn_dtype_size(v->dtype);
+}
+static inline void *attn__at3(const attn_view *v, int64_t i0, int64_t i1, int64_t i2) {
+    int64_t off = i0 * v->stride[0] + i1 * v->stride[1] + i2 * v->stride[2];
+    return (char *)v->data + off * (int64_t)attn_dtype_size(v->dtype);
+}
+
 /* Validated arguments of one attention call, shared by forward and backward. */
 typedef struct attn__sdpa_plan {
     attn_dtype dt;
@@ -51,6 +61,12 @@ static inline int64_t attn__sdpa_key_limit(const attn__sdpa_plan *p, int64_t b, 
     if (p->causal != ATTN_CAUSAL_NONE && i + p->causal_shift + 1 < lim)
         lim = i + p->causal_shift + 1;
     return lim < 0 ? 0 : lim;
+}
+
+/* Multiply-adds x 2 of the two products of the forward (the thread-count heuristic). */
+static inline double attn__sdpa_flops(const attn__sdpa_plan *p) {
+    return 2.0 * (double)p->B * (double)p->H * (double)p->Tq * (double)p->Tk *
+           (double)(p->D + p->Dv);
 }
 
 /* True when keep allows at least one (i, j) of the tile rows x cols at (b, h, i0, j0). */

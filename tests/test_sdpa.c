@@ -27,6 +27,7 @@ static const sd_case cases[] = {
     {3, 2, 1, 5, 19, 7, 2, ATTN_CAUSAL_NONE, 0, 1, 1, -0.7},
     {1, 1, 1, 33, 47, 16, 16, ATTN_CAUSAL_TOP_LEFT, 1, 1, 1, 0},
     {2, 2, 2, 21, 21, 8, 8, ATTN_CAUSAL_BOTTOM_RIGHT, 0, 2, 0, 0},
+    {2, 2, 1, 7, 9, 2, 9, ATTN_CAUSAL_NONE, 0, 0, 0, 0}, /* Dv > D: v packs more than q, k */
 };
 #define NCASES (sizeof cases / sizeof *cases)
 
@@ -98,9 +99,9 @@ END_TEST
 /* Strided, transposed, negative and packed inputs; strided outputs; both algorithms. */
 START_TEST(sd_layouts) {
     static const sd_lay outs[] = {LY_CONTIG, LY_BTHD, LY_PADDED, LY_NEG, LY_COLMAJOR};
-    static const size_t which[] = {2, 9, 11};
+    static const size_t which[] = {2, 9, 11, 13};
     for (int d = 0; d < 2; ++d)
-        for (size_t wi = 0; wi < 3; ++wi)
+        for (size_t wi = 0; wi < 4; ++wi)
             for (int li = 0; li < LY_COUNT; ++li)
                 for (size_t lo = 0; lo < 5; ++lo)
                     for (int tiled = 0; tiled < 2; ++tiled) {

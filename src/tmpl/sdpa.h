@@ -12,7 +12,7 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
         int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
         lim = lim < 0 ? 0 : lim > cols ? cols : lim;
         if (p->has_bias) {
-            const T *br = (const T *)at4(&p->bias, b, h, i0 + r, j0);
+            const T *br = (const T *)attn__at4(&p->bias, b, h, i0 + r, j0);
             int64_t sj = p->bias.stride[3];
             if (sj == 1)
                 for (int64_t c = 0; c < lim; ++c)
@@ -22,7 +22,7 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
                     sr[c] += br[c * sj];
         }
         if (p->has_keep) {
-            const uint8_t *kr = (const uint8_t *)at4(&p->keep, b, h, i0 + r, j0);
+            const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i0 + r, j0);
             int64_t sj = p->keep.stride[3];
             for (int64_t c = 0; c < lim; ++c)
                 sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
@@ -98,15 +98,15 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && l[r] > 0;
         T inv = live ? 1 / l[r] : 0;
-        T *orow = (T *)at4(&c->out, b, h, i0 + r, 0);
+        T *orow = (T *)attn__at4(&c->out, b, h, i0 + r, 0);
         int64_t so = c->out.stride[3];
         for (int64_t d = 0; d < Dv; ++d)
             orow[d * so] = live ? acc[r * Dv + d] * inv : 0;
         if (c->lse)
-            *(T *)at3(c->lse, b, h, i0 + r) =
+            *(T *)attn__at3(c->lse, b, h, i0 + r) =
                 live ? (T)((double)m[r] + log((double)l[r])) : (T)ATTN__SDPA_LSE_EMPTY;
         if (c->weights) { /* materialized: s holds exp(S - m) for keys [0, khi) */
-            T *wrow = (T *)at4(c->weights, b, h, i0 + r, 0);
+            T *wrow = (T *)attn__at4(c->weights, b, h, i0 + r, 0);
             int64_t sw = c->weights->stride[3];
             for (int64_t j = 0; j < p->Tk; ++j)
                 wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/* attn_sdpa_backward: gradients of attention, probabilities recomputed from the saved lse. */
+#include <string.h>
+
+#include "attn_config.h"
+#include "sdpa_internal.h"
+
+#if ATTN_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+enum { WANT_DQ = 1u, WANT_DK = 2u, WANT_DV = 4u };
+
+/* Everything a backward tile reads; per-thread scratch is carved at these offsets. */
+typedef struct bwd_ctx {
+    attn__sdpa_plan p;
+    attn_view q, k, v, out, lse, dout, dq, dk, dv;
+    unsigned want; /* which gradients were given */
+    size_t off_p, off_ds, off_gw, gws, per_thread;
+} bwd_ctx;
+
+#define T         float
+#define SFX(name) name##_f32
+#define VEXP_SUM  attn__vexp_sum_f32
+#include "tmpl/sdpa_backward.h"
+#undef T
+#undef SFX
+#undef VEXP_SUM
+
+#define T         double
+#define SFX(name) name##_f64
+#define VEXP_SUM  attn__vexp_sum_f64
+#include "tmpl/sdpa_backward.h"
+#undef T
+#undef SFX
+#undef VEXP_SUM
+
+static attn_status tile(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t j0,
+                        unsigned want, char *wsp) {
+    return c->p.dt == ATTN_F32 ? bwd_tile_f32(c, b, h, i0, j0, want, wsp)
+                               : bwd_tile_f64(c, b, h, i0, j0, want, wsp);
+}
+
+/* An optional gradient view: same dtype and shape as its input, a valid output. */
+static attn_status check_grad(const attn_view *g, const attn_view *like) {
+    if (!g)
+        return ATTN_OK;
+    ATTN_TRY(attn__check_float(g, 4));
+    if (g->dtype != like->dtype)
+        return ATTN_EDTYPE;
+    for (int d = 0; d < 4; ++d)
+        if (g->shape[d] != like->shape[d])
+            return ATTN_ESHAPE;
+    return attn__self_overlaps(g) ? ATTN_ESTRIDE : ATTN_OK;
+}
+
+/* The plan and the per-thread scratch, from q, k, v and opts alone (the query knows no more). */
+static attn_status prepare(const attn_view *q, const attn_view *k, const attn_view *v,
+                           const attn_sdpa_opts *opts, bwd_ctx *c) {
+    memset(c, 0, sizeof *c);
+    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, false, &c->p));
+    const attn__sdpa_plan *p = &c->p;
+    c->q = *q;
+    c->k = *k;
+    c->v = *v;
+    /* P and dP/dS tiles */
+    size_t es = attn_dtype_size(p->dt), tilesz;
+    if (!attn__mul_sz((size_t)p->bq, (size_t)p->bk, &tilesz) ||
+        !attn__mul_sz(tilesz, es, &tilesz) || tilesz > SIZE_MAX / 4)
+        return ATTN_ERANGE;
+    /*
+     * attn_gemm packing for the five products: q, k, v tiles as they are; the
+     * layouts of dout, dq, dk, dv are not known to the query, so each is
+     * counted as packed (a tile: bounded by bq or bk rows, never by Tk).
+     */
+    c->gws = 0;
+    if (p->B > 0 && p->H > 0 && p->Tq > 0 && p->Tk > 0) {
+        attn_view qt = attn__sdpa_rows(q, 0, 0, 0, p->bq), kt = attn__sdpa_rows(k, 0, 0, 0, p->bk);
+        attn_view vt = attn__sdpa_rows(v, 0, 0, 0, p->bk);
+        size_t qn = attn__gemm_pack_size(&qt, ATTN_NO_TRANS);
+        size_t kn = attn__gemm_pack_size(&kt, ATTN_NO_TRANS);
+        size_t vn = attn__gemm_pack_size(&vt, ATTN_NO_TRANS);
+        size_t bqd = attn__align64((size_t)p->bq * (size_t)p->D * es);
+        size_t bkd = attn__align64((size_t)p->bk * (size_t)p->D * es);
+        size_t bqv = attn__align64((size_t)p->bq * (size_t)p->Dv * es);
+        size_t bkv = attn__align64((size_t)p->bk * (size_t)p->Dv * es);
+        size_t g[5] = {qn + kn,    /* S   = q k^T    */
+                       bqv + bkv,  /* dV += P^T dO   */
+                       bqv + vn,   /* dP  = dO v^T   */
+                       qn + bkd,   /* dK += dS^T q   */
+                       kn + bqd};  /* dQ += dS k     */
+        for (int i = 0; i < 5; ++i)
+            c->gws = g[i] > c->gws ? g[i] : c->gws;
+    }
+    c->off_p = 0;
+    c->off_ds = attn__align64(tilesz);
+    c->off_gw = c->off_ds + attn__align64(tilesz);
+    if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->per_thread))
+        return ATTN_ERANGE;
+    return ATTN_OK;
+}
+
+/* out, lse, dout and the gradients: shapes, dtypes, aliasing (before anything is written). */
+static attn_status check_call(bwd_ctx *c, const attn_sdpa_opts *opts, const attn_view *out,
+                              const attn_view *lse, const attn_view *dout, const attn_view *dq,
+                              const attn_view *dk, const attn_view *dv) {
+    const attn__sdpa_plan *p = &c->p;
+    if (!out || !lse || !dout)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn__check_float(out, 4));
+    ATTN_TRY(attn__check_float(dout, 4));
+    ATTN_TRY(attn__check_float(lse, 3));
+    if (out->dtype != p->dt || dout->dtype != p->dt || lse->dtype != p->dt)
+        return ATTN_EDTYPE;
+    int64_t os[4] = {p->B, p->H, p->Tq, p->Dv};
+    for (int d = 0; d < 4; ++d)
+        if (out->shape[d] != os[d] || dout->shape[d] != os[d] ||
+            (d < 3 && lse->shape[d] != os[d]))
+            return ATTN_ESHAPE;
+    ATTN_TRY(check_grad(dq, &c->q));
+    ATTN_TRY(check_grad(dk, &c->k));
+    ATTN_TRY(check_grad(dv, &c->v));
+    const attn_view *grads[3] = {dq, dk, dv};
+    const attn_view *ins[8] = {&c->q, &c->k, &c->v, out, lse, dout, opts ? opts->keep : NULL,
+                               opts ? opts->bias : NULL};
+    for (int g = 0; g < 3; ++g) {
+        if (!grads[g])
+            continue;
+        for (int i = 0; i < 8; ++i)
+            if (ins[i] && attn_view_overlaps(grads[g], ins[i]))
+                return ATTN_EALIAS;
+        for (int g2 = 0; g2 < g; ++g2)
+            if (grads[g2] && attn_view_overlaps(grads[g], grads[g2]))
+                return ATTN_EALIAS;
+    }
+    c->out = *out;
+    c->lse = *lse;
+    c->dout = *dout;
+    c->want = (dq ? WANT_DQ : 0) | (dk ? WANT_DK : 0) | (dv ? WANT_DV : 0);
+    if (dq)
+        c->dq = *dq;
+    if (dk)
+        c->dk = *dk;
+    if (dv)
+        c->dv = *dv;
+    return ATTN_OK;
+}
+
+/*
+ * Who writes what (docs/design.md "sdpa"): dK/dV of a key/value head gather
+ * contributions from every query row of its query heads, dQ from every key.
+ * - per_head: one task per (b, key/value head) runs all its query heads, query
+ *   blocks and key tiles in one pass; it owns its dK/dV and its heads' dQ.
+ * - split: pass 1, one task per (b, key/value head, key tile) owning those dK/dV
+ *   rows; pass 2, one task per (b, query head, query block) owning its dQ rows.
+ *   Two more products per tile pair (S and dP are recomputed), but parallel
+ *   when B * Hkv is too small to keep the threads busy.
+ * Each gradient element sums its terms in the same order in both plans.
+ */
+typedef struct bwd_sched {
+    bool split;
+    int64_t nqb, nkb, ntasks[2];
+    int nthreads;
+} bwd_sched;
+
+static bwd_sched schedule(const bwd_ctx *c) {
+    const attn__sdpa_plan *p = &c->p;
+    bwd_sched s = {0};
+    s.nqb = p->Tq > 0 ? (p->Tq + p->bq - 1) / p->bq : 0;
+    s.nkb = p->Tk > 0 ? (p->Tk + p->bk - 1) / p->bk : 0;
+    int64_t heads = p->B * p->Hkv, most = p->B * p->H * s.nqb;
+    if (heads * s.nkb > most)
+        most = heads * s.nkb;
+    double flops = 2.5 * attn__sdpa_flops(p);
+    int nt = attn__threads(p->threads, most, flops);
+    s.split = nt > 1 && !(heads >= nt && (heads % nt == 0 || heads >= 4 * nt));
+    if (s.split) {
+        s.ntasks[0] = (c->want & (WANT_DK | WANT_DV)) ? heads * s.nkb : 0;
+        s.ntasks[1] = (c->want & WANT_DQ) ? p->B * p->H * s.nqb : 0;
+    } else {
+        s.ntasks[0] = c->want ? heads : 0;
+        nt = attn__threads(p->threads, heads, flops);
+    }
+    s.nthreads = nt;
+    return s;
+}
+
+static attn_status run_task(const bwd_ctx *c, const bwd_sched *s, int pass, int64_t t,
+                            char *wsp) {
+    const attn__sdpa_plan *p = &c->p;
+    if (!s->split) { /* (b, hk): its query heads, query blocks, key tiles */
+        int64_t b = t / p->Hkv, hk = t % p->Hkv;
+        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
+            for (int64_t qb = 0; qb < s->nqb; ++qb)
+                for (int64_t kb = 0; kb < s->nkb; ++kb)
+                    ATTN_TRY(tile(c, b, h, qb * p->bq, kb * p->bk, c->want, wsp));
+        return ATTN_OK;
+    }
+    if (pass == 0) { /* (b, hk, key tile): dK, dV */
+        int64_t kb = t % s->nkb, bh = t / s->nkb, b = bh / p->Hkv, hk = bh % p->Hkv;
+        for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
+            for (int64_t qb = 0; qb < s->nqb; ++qb)
+                ATTN_TRY(tile(c, b, h, qb * p->bq, kb * p->bk, c->want & ~WANT_DQ, wsp));
+        return ATTN_OK;
+    }
+    int64_t qb = s->nqb - 1 - t % s->nqb, bh = t / s->nqb; /* (b, h, query block): dQ */
+    for (int64_t kb = 0; kb < s->nkb; ++kb)
+        ATTN_TRY(tile(c, bh / p->H, bh % p->H, qb * p->bq, kb * p->bk, WANT_DQ, wsp));
+    return ATTN_OK;
+}
+
+/* Bytes for a schedule with every gradient wanted (what the query reports). */
+static attn_status workspace(const bwd_ctx *c, const bwd_sched *s, size_t *total) {
+    *total = 0;
+    if (s->ntasks[0] + s->ntasks[1] == 0)
+        return ATTN_OK;
+    return attn__mul_sz(c->per_thread, (size_t)s->nthreads, total) ? ATTN_OK : ATTN_ERANGE;
+}
+
+size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
+                                         const attn_view *v, const attn_sdpa_opts *opts) {
+    bwd_ctx c;
+    size_t total;
+    if (prepare(q, k, v, opts, &c) != ATTN_OK)
+        return 0;
+    c.want = WANT_DQ | WANT_DK | WANT_DV;
+    bwd_sched s = schedule(&c);
+    if (workspace(&c, &s, &total) != ATTN_OK)
+        return 0;
+    return total;
+}
+
+attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *v,
+                               const attn_sdpa_opts *opts, const attn_view *out,
+                               const attn_view *lse, const attn_view *dout, attn_view *dq,
+                               attn_view *dk, attn_view *dv, void *work, size_t work_size) {
+    bwd_ctx c;
+    ATTN_TRY(prepare(q, k, v, opts, &c));
+    ATTN_TRY(check_call(&c, opts, out, lse, dout, dq, dk, dv));
+    bwd_ctx all = c; /* the workspace is sized for every gradient, as the query says */
+    all.want = WANT_DQ | WANT_DK | WANT_DV;
+    bwd_sched sa = schedule(&all), s = schedule(&c);
+    size_t total;
+    ATTN_TRY(workspace(&all, &sa, &total));
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, total, &owned));
+    attn_status st = ATTN_OK;
+    for (int pass = 0; pass < 2; ++pass) {
+        int64_t n = s.ntasks[pass];
+        if (n == 0)
+            continue;
+        int nt = s.nthreads < n ? s.nthreads : (int)n;
+        attn__blas_serial_begin(nt);
+#if ATTN_HAVE_OPENMP
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
+#endif
+        for (int64_t t = 0; t < n; ++t) {
+            int tid = 0;
+#if ATTN_HAVE_OPENMP
+            tid = omp_get_thread_num();
+#endif
+            attn_status e = run_task(&c, &s, pass, t, (char *)work + (size_t)tid * c.per_thread);
+            if (e != ATTN_OK) {
+#if ATTN_HAVE_OPENMP
+#pragma omp atomic write
+#endif
+                st = e;
+            }
+        }
+        attn__blas_serial_end(nt);
+    }
+    free(owned);
+    ATTN_ASSERT(st == ATTN_OK); /* every tile product was validated by the plan */
+    return st;
+}
