@@ -287,10 +287,12 @@ attn_status attn_view_flip(const attn_view *v, int axis, attn_view *out) {
 
 void attn_view_span(const attn_view *v, const void **lo, const void **hi) {
     *lo = *hi = v ? v->data : NULL;
-    if (attn_view_check(v) != ATTN_OK || attn_view_numel(v) == 0)
+    if (attn_view_check(v) != ATTN_OK)
         return;
     int64_t neg = 0, pos = 0;
     for (int k = 0; k < v->ndim; ++k) {
+        if (v->shape[k] == 0)
+            return; /* empty: touches nothing */
         int64_t e = v->stride[k] * (v->shape[k] - 1);
         if (e < 0)
             neg += e;
