@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ref_linear(int64_t n, int64_t in, int64_t out, const double *x, const double *w,
+void ref_l_linear(int64_t n, int64_t in, int64_t out, const double *x, const double *w,
                 const double *b, double *y) {
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < out; ++j) {
@@ -17,15 +17,15 @@ void ref_linear(int64_t n, int64_t in, int64_t out, const double *x, const doubl
         }
 }
 
-void ref_mha(const ref_mha_args *a, double *out, double *weights) {
+void ref_l_mha(const ref_l_mha_args *a, double *out, double *weights) {
     int64_t B = a->B, Tq = a->Tq, Tk = a->Tk, H = a->H, D = a->D, G = a->H / a->Hkv;
     int64_t HD = H * D, KD = a->Hkv * D;
     double *q = malloc(sizeof(double) * B * Tq * HD), *k = malloc(sizeof(double) * B * Tk * KD);
     double *v = malloc(sizeof(double) * B * Tk * KD), *o = malloc(sizeof(double) * B * Tq * HD);
     double *s = malloc(sizeof(double) * (Tk + 1));
-    ref_linear(B * Tq, a->C, HD, a->xq, a->wq, a->bq, q);
-    ref_linear(B * Tk, a->Ckv, KD, a->xkv, a->wk, a->bk, k);
-    ref_linear(B * Tk, a->Ckv, KD, a->xkv, a->wv, a->bv, v);
+    ref_l_linear(B * Tq, a->C, HD, a->xq, a->wq, a->bq, q);
+    ref_l_linear(B * Tk, a->Ckv, KD, a->xkv, a->wk, a->bk, k);
+    ref_l_linear(B * Tk, a->Ckv, KD, a->xkv, a->wv, a->bv, v);
     double scale = a->scale != 0 ? a->scale : 1.0 / sqrt((double)D);
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
@@ -60,11 +60,11 @@ void ref_mha(const ref_mha_args *a, double *out, double *weights) {
                 }
             }
         }
-    ref_linear(B * Tq, HD, a->C, o, a->wo, a->bo, out);
+    ref_l_linear(B * Tq, HD, a->C, o, a->wo, a->bo, out);
     free(q); free(k); free(v); free(o); free(s);
 }
 
-void ref_layernorm(int64_t n, int64_t C, double eps, const double *x, const double *g,
+void ref_l_layernorm(int64_t n, int64_t C, double eps, const double *x, const double *g,
                    const double *b, double *y) {
     for (int64_t i = 0; i < n; ++i) {
         double m = 0, var = 0;
@@ -79,17 +79,17 @@ void ref_layernorm(int64_t n, int64_t C, double eps, const double *x, const doub
     }
 }
 
-double ref_act(int act, double x) {
+double ref_l_act(int act, double x) {
     if (act == 0) return 0.5 * x * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
     if (act == 1) return 0.5 * x * (1 + erf(x / sqrt(2.0)));
     return x > 0 ? x : 0;
 }
 
-void ref_ffn(int64_t n, int64_t C, int64_t F, int act, const double *x, const double *w1,
+void ref_l_ffn(int64_t n, int64_t C, int64_t F, int act, const double *x, const double *w1,
              const double *b1, const double *w2, const double *b2, double *y) {
     double *h = malloc(sizeof(double) * n * F);
-    ref_linear(n, C, F, x, w1, b1, h);
-    for (int64_t i = 0; i < n * F; ++i) h[i] = ref_act(act, h[i]);
-    ref_linear(n, F, C, h, w2, b2, y);
+    ref_l_linear(n, C, F, x, w1, b1, h);
+    for (int64_t i = 0; i < n * F; ++i) h[i] = ref_l_act(act, h[i]);
+    ref_l_linear(n, F, C, h, w2, b2, y);
     free(h);
 }
