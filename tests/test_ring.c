@@ -1,0 +1,597 @@
+/* SPDX-License-Identifier: MIT */
+/* Check suite for attn_ring_sdpa, run under mpirun on 1, 2 and 4 ranks: every rank builds
+ * the whole sequence from one seed, takes its block(s), and compares the ring's result with
+ * attn_sdpa over the whole sequence and with the naive double reference. */
+#include <attn/ring.h>
+
+#include "sdpa_util.h"
+
+/*
+ * Every assertion here is made on values all ranks agree on (reduced over
+ * MPI_COMM_WORLD first), so the ranks pass or fail each test together and
+ * stay in step through the collectives of the next one (CK_FORK=no).
+ */
+static int rank, nranks;
+
+/* ---- fault injection through the MPI profiling interface ---------------- */
+
+/* attn_mpi's MPI_Isend and MPI_Comm_dup resolve to these; PMPI_* are the real ones. */
+static int fail_isend, fail_dup;
+int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
+              MPI_Request *req) {
+    if (fail_isend)
+        return MPI_ERR_OTHER;
+    return PMPI_Isend(buf, count, dt, dest, tag, comm, req);
+}
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *out) {
+    if (fail_dup)
+        return MPI_ERR_OTHER;
+    return PMPI_Comm_dup(comm, out);
+}
+
+/* ---- agreement helpers --------------------------------------------------- */
+
+/* Every rank returned want. */
+static void assert_status_all(attn_status s, attn_status want, const char *what) {
+    int in[2] = {(int)s, -(int)s}, out[2];
+    MPI_Allreduce(in, out, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    ck_assert_msg(out[0] == (int)want && -out[1] == (int)want,
+                  "%s: statuses range over [%s, %s] across ranks, want %s everywhere", what,
+                  attn_status_name((attn_status)-out[1]), attn_status_name((attn_status)out[0]),
+                  attn_status_name(want));
+}
+
+/* ok on every rank. */
+static void assert_all(int ok, const char *what) {
+    int all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    ck_assert_msg(all, "%s: fails on some rank", what);
+}
+
+/* The worst element of a comparison on this rank. */
+typedef struct worst {
+    double ex, got, want; /* excess over the tolerance (> 0: failure) */
+    int64_t idx[4];
+} worst;
+
+/*
+ * Compare got (B, H, T_r[, X]) with the rows map[0..T_r) of want (B, H, n[, X]):
+ * |g - w| <= atol + rtol |w| everywhere (NaN only against NaN).
+ */
+static worst worst_rows(const attn_view *got, const attn_view *want, const int64_t *map,
+                        double rtol, double atol) {
+    worst w = {.ex = -1};
+    if (tu_numel(got) == 0)
+        return w;
+    int64_t idx[4] = {0}, wi[4];
+    do {
+        memcpy(wi, idx, sizeof wi);
+        wi[2] = map[idx[2]];
+        double g = tu_get(got, idx), v = tu_get(want, wi), err = fabs(g - v);
+        double ex = (isnan(g) && isnan(v)) ? -1 : isnan(err) ? INFINITY : err - atol - rtol * fabs(v);
+        if (ex > w.ex) {
+            w = (worst){ex, g, v, {0}};
+            memcpy(w.idx, idx, sizeof idx);
+        }
+    } while (tu_inc(idx, got->shape, got->ndim));
+    return w;
+}
+
+/* The worst element over all ranks is within tolerance; the message names it. */
+static void assert_close_all(worst w, const char *what, const char *cname, attn_dtype dt) {
+    struct { double v; int r; } in = {w.ex, rank}, out;
+    MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    double info[6] = {w.got, w.want, (double)w.idx[0], (double)w.idx[1], (double)w.idx[2],
+                      (double)w.idx[3]};
+    MPI_Bcast(info, 6, MPI_DOUBLE, out.r, MPI_COMM_WORLD);
+    ck_assert_msg(out.v <= 0, "%s (%s, %s, %d ranks): worst on rank %d at [%g,%g,%g,%g]: "
+                  "got %.17g want %.17g", what, cname, dt == ATTN_F64 ? "f64" : "f32", nranks,
+                  out.r, info[2], info[3], info[4], info[5], info[0], info[1]);
+}
+
+/* ---- the problems -------------------------------------------------------- */
+
+typedef struct rcase {
+    const char *name;
+    int64_t B, H, Hkv, D, Dv, T; /* T: tokens per rank (before unevenness) */
+    int uneven;                   /* 0 equal; 1 lengths T-1..T+2; 2 as 1 with rank 1 empty */
+    attn_causal causal;
+    attn_ring_layout layout;
+    int ragged; /* 0 none; 1 the global tail block ragged; 2 masked keys on every rank
+                   (rank 0 batch 0 none valid: fully masked causal rows) */
+    double scale;
+    sd_lay lay; /* memory layout of the local q, k, v, out */
+} rcase;
+
+static int64_t block_len(const rcase *c, int r) {
+    if (c->uneven == 0)
+        return c->T;
+    if (c->uneven == 2 && r == 1)
+        return 0;
+    return c->T + (r * 3 + 1) % 4 - 1;
+}
+
+/* Valid keys of rank r's block for batch b. */
+static int64_t block_kvlen(const rcase *c, int r, int64_t b) {
+    int64_t t = block_len(c, r), n = t;
+    int tail = c->layout == ATTN_RING_ZIGZAG ? 0 : nranks - 1;
+    if (c->ragged == 1 && r == tail)
+        n = t - 1 - 2 * b;
+    if (c->ragged == 2)
+        n = (r == 0 && b == 0) ? 0 : t - (r + b) % 3;
+    return n < 0 ? 0 : n;
+}
+
+/*
+ * The global position of local row t of rank r, derived from the layouts'
+ * definitions in ring.h: contiguous blocks in rank order; zigzag: 2P chunks,
+ * rank r holding chunk r (its first ceil(T_r / 2) rows) and chunk 2P-1-r.
+ */
+static int64_t global_pos(const rcase *c, int r, int64_t t) {
+    int P = nranks;
+    if (c->layout == ATTN_RING_CONTIGUOUS) {
+        int64_t off = 0;
+        for (int j = 0; j < r; ++j) off += block_len(c, j);
+        return off + t;
+    }
+    int64_t first = (block_len(c, r) + 1) / 2, chunk = t < first ? r : 2 * P - 1 - r, off = 0;
+    for (int64_t ch = 0; ch < chunk; ++ch) {
+        int owner = ch < P ? (int)ch : (int)(2 * P - 1 - ch);
+        int64_t len = block_len(c, owner), a = (len + 1) / 2;
+        off += ch < P ? a : len - a;
+    }
+    return off + (t < first ? t : t - first);
+}
+
+/* Everything one case needs on this rank: the whole sequence and this rank's block. */
+typedef struct problem {
+    int64_t n, Tr, *map, kvl[8];
+    sd_t q, k, v;          /* whole sequence, contiguous */
+    sd_t keep;             /* (B, 1, n, n) U8: the ragged keys as a global mask */
+    sd_t ql, kl, vl, ol, ll; /* local blocks in the case's layout, out and lse */
+} problem;
+
+static void problem_make(const rcase *c, attn_dtype dt, problem *p) {
+    memset(p, 0, sizeof *p);
+    for (int r = 0; r < nranks; ++r) p->n += block_len(c, r);
+    p->Tr = block_len(c, rank);
+    int64_t n = p->n, Tr = p->Tr;
+    uint64_t seed = 0x5eed0000u + (uint64_t)c->B * 131 + (uint64_t)n; /* same on every rank */
+    p->q = sd_make(dt, (int64_t[]){c->B, c->H, n, c->D}, LY_CONTIG, &seed, 1.0);
+    p->k = sd_make(dt, (int64_t[]){c->B, c->Hkv, n, c->D}, LY_CONTIG, &seed, 1.0);
+    p->v = sd_make(dt, (int64_t[]){c->B, c->Hkv, n, c->Dv}, LY_CONTIG, &seed, 1.0);
+    p->map = malloc(sizeof(int64_t) * (size_t)(Tr + 1));
+    for (int64_t t = 0; t < Tr; ++t) p->map[t] = global_pos(c, rank, t);
+    for (int64_t b = 0; b < c->B; ++b) p->kvl[b] = block_kvlen(c, rank, b);
+    if (c->ragged) {
+        p->keep = sd_zeros(ATTN_U8, 4, (int64_t[]){c->B, 1, n, n});
+        uint8_t *k = p->keep.mem;
+        for (int r = 0; r < nranks; ++r)
+            for (int64_t t = 0; t < block_len(c, r); ++t)
+                for (int64_t b = 0; b < c->B; ++b)
+                    if (t < block_kvlen(c, r, b))
+                        for (int64_t i = 0; i < n; ++i)
+                            k[(b * n + i) * n + global_pos(c, r, t)] = 1;
+    }
+    /* local blocks: junk-filled buffers in the case's layout, then this rank's rows */
+    uint64_t junk = 77 + (uint64_t)rank;
+    const sd_t *full[3] = {&p->q, &p->k, &p->v};
+    sd_t *loc[3] = {&p->ql, &p->kl, &p->vl};
+    for (int a = 0; a < 3; ++a) {
+        const attn_view *f = &full[a]->v;
+        int64_t sh[4] = {f->shape[0], f->shape[1], Tr, f->shape[3]}, idx[4] = {0}, fi[4];
+        *loc[a] = sd_make(dt, sh, c->lay, &junk, 9.0);
+        if (Tr > 0 && tu_numel(&loc[a]->v) > 0)
+            do {
+                memcpy(fi, idx, sizeof fi);
+                fi[2] = p->map[idx[2]];
+                tu_set(&loc[a]->v, idx, tu_get(f, fi));
+            } while (tu_inc(idx, sh, 4));
+    }
+    p->ol = sd_make(dt, (int64_t[]){c->B, c->H, Tr, c->Dv}, c->lay, &junk, 9.0);
+    p->ll = sd_make(dt, (int64_t[]){c->B, c->H, Tr, 1}, LY_PADDED, &junk, 9.0);
+    p->ll.v.ndim = 3; /* (B, H, Tr) with a row stride of 4: a strided lse */
+}
+
+static void problem_free(problem *p) {
+    sd_t *all[9] = {&p->q, &p->k, &p->v, &p->keep, &p->ql, &p->kl, &p->vl, &p->ol, &p->ll};
+    for (int i = 0; i < 9; ++i) sd_free(all[i]);
+    free(p->map);
+}
+
+/* Run one case in one dtype: ring vs attn_sdpa (same dtype) and vs the naive reference. */
+static void run_case(const rcase *c, attn_dtype dt) {
+    problem p;
+    problem_make(c, dt, &p);
+    int64_t n = p.n;
+    /* whole-sequence references */
+    attn_sdpa_opts so = {.scale = c->scale,
+                         .causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
+                         .keep = c->ragged ? &p.keep.v : NULL};
+    sd_t out = sd_zeros(dt, 4, (int64_t[]){c->B, c->H, n, c->Dv});
+    sd_t lse = sd_zeros(dt, 3, (int64_t[]){c->B, c->H, n});
+    sd_t nout = sd_zeros(ATTN_F64, 4, (int64_t[]){c->B, c->H, n, c->Dv});
+    sd_t nlse = sd_zeros(ATTN_F64, 3, (int64_t[]){c->B, c->H, n});
+    so.lse = &lse.v;
+    ck_assert_int_eq(attn_sdpa(&p.q.v, &p.k.v, &p.v.v, &so, &out.v, NULL, 0), ATTN_OK);
+    so.lse = NULL;
+    ref_sdpa(&p.q.v, &p.k.v, &p.v.v, &so, &nout.v, NULL, &nlse.v);
+    /* the ring */
+    attn_ring_stats st = {0};
+    attn_ring_opts ro = {.scale = c->scale, .causal = c->causal, .layout = c->layout,
+                         .kv_len = c->ragged ? p.kvl : NULL, .lse = &p.ll.v, .stats = &st};
+    attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                   NULL, 0);
+    assert_status_all(s, ATTN_OK, c->name);
+    double rt = TU_RTOL(dt), at = TU_ATOL(dt);
+    assert_close_all(worst_rows(&p.ol.v, &out.v, p.map, rt, at), "out vs attn_sdpa", c->name, dt);
+    assert_close_all(worst_rows(&p.ll.v, &lse.v, p.map, rt, at), "lse vs attn_sdpa", c->name, dt);
+    assert_close_all(worst_rows(&p.ol.v, &nout.v, p.map, rt, at), "out vs naive", c->name, dt);
+    assert_close_all(worst_rows(&p.ll.v, &nlse.v, p.map, rt, at), "lse vs naive", c->name, dt);
+    /* bookkeeping: P blocks seen, P - 1 sent (all but the next rank's own block) */
+    int64_t sent = 0, per_tok = c->B * c->Hkv * (c->D + c->Dv) * (int64_t)attn_dtype_size(dt);
+    if (nranks > 1)
+        sent = (n - block_len(c, (rank + 1) % nranks)) * per_tok;
+    assert_all(st.blocks_computed + st.blocks_skipped == nranks && st.bytes_sent == sent &&
+                   st.seconds >= st.wait_seconds && st.wait_seconds >= 0,
+               "stats");
+    sd_free(&out); sd_free(&lse); sd_free(&nout); sd_free(&nlse);
+    problem_free(&p);
+}
+
+static void run_cases(const rcase *cs, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        run_case(&cs[i], ATTN_F64);
+        run_case(&cs[i], ATTN_F32);
+    }
+}
+#define RUN(cases) run_cases(cases, sizeof cases / sizeof cases[0])
+
+static const attn_causal NC = ATTN_CAUSAL_NONE, CA = ATTN_CAUSAL_TOP_LEFT;
+static const attn_ring_layout CO = ATTN_RING_CONTIGUOUS, ZZ = ATTN_RING_ZIGZAG;
+
+START_TEST(ring_noncausal) {
+    static const rcase cs[] = {
+        {"mha", 2, 2, 2, 8, 8, 6, 0, NC, CO, 0, 0, LY_CONTIG},
+        {"scale_dv", 1, 3, 3, 5, 7, 5, 0, NC, CO, 0, 0.7, LY_CONTIG},
+        {"one_token", 2, 2, 2, 4, 4, 1, 0, NC, CO, 0, 0, LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
+START_TEST(ring_causal) {
+    static const rcase cs[] = {
+        {"causal", 2, 2, 2, 8, 8, 6, 0, CA, CO, 0, 0, LY_CONTIG},
+        {"bottom_right_same", 1, 2, 2, 8, 4, 5, 0, ATTN_CAUSAL_BOTTOM_RIGHT, CO, 0, 0.5,
+         LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
+START_TEST(ring_gqa) {
+    static const rcase cs[] = {
+        {"gqa_causal", 2, 4, 2, 8, 8, 5, 0, CA, CO, 0, 0, LY_CONTIG},
+        {"mqa", 1, 4, 1, 6, 3, 5, 0, NC, CO, 0, 0, LY_CONTIG},
+        {"gqa_zigzag", 1, 6, 2, 4, 4, 6, 1, CA, ZZ, 0, 0, LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
+START_TEST(ring_uneven) {
+    static const rcase cs[] = {
+        {"uneven", 2, 2, 2, 8, 8, 5, 1, NC, CO, 0, 0, LY_CONTIG},
+        {"uneven_causal", 2, 2, 1, 8, 8, 5, 1, CA, CO, 0, 0, LY_CONTIG},
+        {"empty_rank", 1, 2, 2, 8, 8, 4, 2, CA, CO, 0, 0, LY_CONTIG},
+        {"empty_rank_nc", 1, 2, 2, 8, 8, 4, 2, NC, CO, 0, 0, LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
+START_TEST(ring_zigzag) {
+    static const rcase cs[] = {
+        {"zigzag", 2, 2, 2, 8, 8, 6, 0, CA, ZZ, 0, 0, LY_CONTIG},
+        {"zigzag_odd", 1, 2, 2, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_CONTIG},
+        {"zigzag_empty", 1, 2, 2, 4, 4, 3, 2, CA, ZZ, 0, 0, LY_CONTIG},
+        {"zigzag_nc", 2, 2, 2, 8, 8, 5, 1, NC, ZZ, 0, 0, LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
+START_TEST(ring_ragged) {
+    static const rcase cs[] = {
+        {"ragged_tail", 3, 2, 2, 8, 8, 6, 0, CA, CO, 1, 0, LY_CONTIG},
+        {"ragged_tail_nc", 3, 2, 2, 8, 8, 6, 1, NC, CO, 1, 0, LY_CONTIG},
+        {"ragged_zigzag", 3, 2, 2, 8, 8, 7, 1, CA, ZZ, 1, 0, LY_CONTIG},
+        {"ragged_all", 2, 2, 1, 8, 8, 5, 1, CA, CO, 2, 0, LY_CONTIG},
+        {"ragged_all_zz", 2, 2, 2, 8, 8, 5, 1, CA, ZZ, 2, 0, LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
+START_TEST(ring_strided) {
+    static const rcase cs[] = {
+        {"bthd", 2, 2, 2, 8, 8, 5, 1, CA, CO, 0, 0, LY_BTHD},
+        {"padded", 1, 2, 1, 8, 8, 5, 0, NC, ZZ, 0, 0, LY_PADDED},
+        {"negative", 1, 2, 2, 8, 8, 5, 1, CA, ZZ, 1, 0, LY_NEG},
+        {"packed", 1, 2, 2, 4, 4, 4, 0, CA, CO, 0, 0, LY_PACKED},
+        {"colmajor", 1, 2, 2, 4, 6, 4, 1, NC, CO, 0, 0, LY_COLMAJOR},
+    };
+    RUN(cs);
+}
+END_TEST
+
+/* Causal contiguous blocks: rank r computes blocks 0..r and skips the P - 1 - r in its
+   future; zigzag: every block contributes to every rank (the load balance). */
+START_TEST(ring_skip_future) {
+    static const rcase co = {"skip", 1, 2, 2, 4, 4, 4, 0, CA, CO, 0, 0, LY_CONTIG};
+    static const rcase zz = {"skip_zz", 1, 2, 2, 4, 4, 4, 0, CA, ZZ, 0, 0, LY_CONTIG};
+    for (int z = 0; z < 2; ++z) {
+        problem p;
+        problem_make(z ? &zz : &co, ATTN_F64, &p);
+        attn_ring_stats st;
+        attn_ring_opts ro = {.causal = CA, .layout = z ? ZZ : CO, .stats = &st};
+        attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                       NULL, 0);
+        assert_status_all(s, ATTN_OK, "skip");
+        int want = z ? nranks : rank + 1;
+        assert_all(st.blocks_computed == want && st.blocks_skipped == nranks - want,
+                   z ? "zigzag computes every block" : "contiguous skips the future");
+        problem_free(&p);
+    }
+}
+END_TEST
+
+/* ---- error paths: the same status on every rank, outputs untouched ------- */
+
+/* A copy of the bytes a view spans, to check an output was not written. */
+typedef struct snap { const char *lo; size_t n; char *copy; } snap;
+static snap snap_take(const attn_view *v) {
+    const void *lo, *hi;
+    attn_view_span(v, &lo, &hi);
+    snap s = {lo, (size_t)((const char *)hi - (const char *)lo) + attn_dtype_size(v->dtype), NULL};
+    s.copy = malloc(s.n);
+    memcpy(s.copy, s.lo, s.n);
+    return s;
+}
+static int snap_same(snap *s) {
+    int same = memcmp(s->copy, s->lo, s->n) == 0;
+    free(s->copy);
+    return same;
+}
+
+static const rcase err_case = {"err", 2, 4, 2, 8, 8, 4, 0, CA, CO, 0, 0, LY_CONTIG};
+
+/* One rank breaks something (via f); every rank must return want, outputs untouched. */
+typedef void (*breaker)(problem *p, attn_ring_opts *o, MPI_Comm *comm, attn_view *q,
+                        attn_view *out);
+static void expect_error(breaker f, int who, attn_status want, const char *what) {
+    problem p;
+    problem_make(&err_case, ATTN_F64, &p);
+    attn_ring_opts o = {.causal = CA, .lse = &p.ll.v};
+    attn_view q = p.ql.v, out = p.ol.v;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (who < 0 || rank == who)
+        f(&p, &o, &comm, &q, &out);
+    snap so = snap_take(&p.ol.v), sl = snap_take(&p.ll.v);
+    attn_status s = attn_ring_sdpa(comm, &q, &p.kl.v, &p.vl.v, &o, &out, NULL, 0);
+    assert_status_all(s, want, what);
+    int same_o = snap_same(&so), same_l = snap_same(&sl);
+    assert_all(same_o && same_l, "outputs untouched on error");
+    problem_free(&p);
+}
+
+static void br_null_q(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)p; (void)o; (void)c; (void)out;
+    q->data = NULL;
+    q->ndim = 0;
+}
+static void br_dtype(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    /* every view relabelled f32 (same memory): locally consistent, globally not */
+    (void)o; (void)c;
+    q->dtype = out->dtype = p->kl.v.dtype = p->vl.v.dtype = p->ll.v.dtype = ATTN_F32;
+}
+static void br_heads(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    /* H = 2 instead of 4 (still a multiple of Hkv = 2): consistent here, not across ranks */
+    (void)c;
+    q->shape[1] = 2;
+    out->shape[1] = 2;
+    p->ll.v.shape[1] = 2;
+    o->lse = &p->ll.v;
+}
+static void br_causal(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)p; (void)c; (void)q; (void)out;
+    o->causal = ATTN_CAUSAL_NONE;
+}
+static void br_scale(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)p; (void)c; (void)q; (void)out;
+    o->scale = 0.25;
+}
+static void br_layout(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)p; (void)c; (void)q; (void)out;
+    o->layout = ZZ;
+}
+static void br_kvlen(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)c; (void)q; (void)out;
+    p->kvl[0] = p->Tr + 1;
+    p->kvl[1] = 0;
+    o->kv_len = p->kvl;
+}
+static void br_alias(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)p; (void)o; (void)c;
+    *q = *out; /* out overlaps q (its D == Dv, same shape) */
+}
+static void br_lse_shape(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
+                         attn_view *out) {
+    (void)c; (void)q; (void)out;
+    p->ll.v.shape[2] -= 1;
+    o->lse = &p->ll.v;
+}
+static void br_out_bcast(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
+                         attn_view *out) {
+    (void)p; (void)o; (void)c; (void)q;
+    out->stride[1] = 0; /* two heads written to one place */
+}
+static void br_comm_null(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
+                         attn_view *out) {
+    (void)p; (void)o; (void)q; (void)out;
+    *c = MPI_COMM_NULL;
+}
+static void br_enum(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
+    (void)p; (void)c; (void)q; (void)out;
+    o->layout = (attn_ring_layout)7;
+}
+
+START_TEST(ring_err_local) {
+    int last = nranks - 1;
+    expect_error(br_null_q, last, ATTN_EINVAL, "NULL q on the last rank");
+    expect_error(br_kvlen, 0, ATTN_EINVAL, "kv_len beyond the block on rank 0");
+    expect_error(br_enum, last, ATTN_EINVAL, "bad layout enum on the last rank");
+    expect_error(br_alias, 0, ATTN_EALIAS, "out aliases q on rank 0");
+    expect_error(br_lse_shape, last, ATTN_ESHAPE, "lse shape on the last rank");
+    expect_error(br_out_bcast, 0, ATTN_ESTRIDE, "broadcast out on rank 0");
+}
+END_TEST
+
+START_TEST(ring_err_across) {
+    /* with one rank these are ordinary (valid) calls: only test disagreement with peers */
+    if (nranks < 2)
+        return;
+    int last = nranks - 1;
+    expect_error(br_dtype, last, ATTN_EDTYPE, "dtype differs on the last rank");
+    expect_error(br_heads, last, ATTN_ESHAPE, "head count differs on the last rank");
+    expect_error(br_causal, 0, ATTN_EINVAL, "causal differs on rank 0");
+    expect_error(br_scale, last, ATTN_EINVAL, "scale differs on the last rank");
+    expect_error(br_layout, 0, ATTN_EINVAL, "layout differs on rank 0");
+}
+END_TEST
+
+START_TEST(ring_err_mpi) {
+    expect_error(br_comm_null, -1, ATTN_EMPI, "MPI_COMM_NULL everywhere");
+    /* a failing MPI call, injected through the profiling interface on every rank */
+    fail_dup = 1;
+    problem p;
+    problem_make(&err_case, ATTN_F64, &p);
+    attn_ring_opts o = {.causal = CA};
+    attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
+                                   NULL, 0);
+    fail_dup = 0;
+    assert_status_all(s, ATTN_EMPI, "MPI_Comm_dup fails");
+    /* the send of the ring's first step fails: the posted receive is cancelled, no hang */
+    fail_isend = 1;
+    s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, NULL, 0);
+    fail_isend = 0;
+    assert_status_all(s, nranks > 1 ? ATTN_EMPI : ATTN_OK, "MPI_Isend fails");
+    /* and the communicator still works afterwards */
+    s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, NULL, 0);
+    assert_status_all(s, ATTN_OK, "after the failures");
+    problem_free(&p);
+}
+END_TEST
+
+/* The caller's workspace: exact size works; one byte short on one rank fails everywhere. */
+START_TEST(ring_workspace) {
+    for (int dti = 0; dti < 2; ++dti) {
+        attn_dtype dt = dti ? ATTN_F32 : ATTN_F64;
+        static const rcase c = {"ws", 2, 4, 2, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_BTHD};
+        problem p;
+        problem_make(&c, dt, &p);
+        attn_ring_opts o = {.causal = CA, .layout = ZZ, .lse = &p.ll.v};
+        size_t need = attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v,
+                                                    &o);
+        assert_all(need > 0, "workspace size > 0");
+        char *w = malloc(need);
+        /* the one-byte-short rank fails, and so does everyone, before writing anything */
+        size_t give = rank == nranks - 1 ? need - 1 : need;
+        snap so = snap_take(&p.ol.v);
+        attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
+                                       w, give);
+        assert_status_all(s, ATTN_EWORKSPACE, "one byte short on the last rank");
+        assert_all(snap_same(&so), "out untouched");
+        s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, need);
+        assert_status_all(s, ATTN_OK, "exact workspace");
+        /* the same result as with the convenience allocation */
+        sd_t o2 = sd_zeros(dt, 4, p.ol.v.shape);
+        s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &o2.v, NULL, 0);
+        assert_status_all(s, ATTN_OK, "allocating");
+        assert_close_all(worst_rows(&o2.v, &p.ol.v, (int64_t[]){0, 1, 2, 3, 4, 5, 6, 7}, 0, 0),
+                         "caller workspace vs allocated", c.name, dt);
+        sd_free(&o2);
+        free(w);
+        problem_free(&p);
+    }
+}
+END_TEST
+
+START_TEST(ringws_invalid) {
+    problem p;
+    problem_make(&err_case, ATTN_F64, &p);
+    attn_ring_opts o = {.causal = CA};
+    attn_view q = p.ql.v;
+    if (rank == nranks - 1)
+        q.shape[3] = 3; /* D differs from k's */
+    size_t need = attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &q, &p.kl.v, &p.vl.v, &o);
+    assert_all(need == 0, "0 on every rank when one rank is invalid");
+    need = attn_ring_sdpa_workspace_size(MPI_COMM_NULL, &p.ql.v, &p.kl.v, &p.vl.v, &o);
+    assert_all(need == 0, "0 for MPI_COMM_NULL");
+    /* valid: the size grows with the longest block anywhere (the receive buffers) */
+    size_t base = attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o);
+    attn_view k2 = p.kl.v, v2 = p.vl.v, q2 = p.ql.v;
+    if (rank == 0 && p.Tr > 1) { /* rank 0 shrinks its block: T_max unchanged when P > 1 */
+        q2.shape[2] = k2.shape[2] = v2.shape[2] = p.Tr - 1;
+    }
+    size_t other = attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &q2, &k2, &v2, &o);
+    assert_all(base > 0 && other > 0 && (rank == 0 || other == base), "sizes");
+    problem_free(&p);
+}
+END_TEST
+
+static Suite *ring_suite(void) {
+    Suite *s = suite_create("ring");
+    TCase *tc = tcase_create("attn_ring_sdpa");
+    tcase_add_test(tc, ring_noncausal);
+    tcase_add_test(tc, ring_causal);
+    tcase_add_test(tc, ring_gqa);
+    tcase_add_test(tc, ring_uneven);
+    tcase_add_test(tc, ring_zigzag);
+    tcase_add_test(tc, ring_ragged);
+    tcase_add_test(tc, ring_strided);
+    tcase_add_test(tc, ring_skip_future);
+    tcase_add_test(tc, ring_err_local);
+    tcase_add_test(tc, ring_err_across);
+    tcase_add_test(tc, ring_err_mpi);
+    tcase_add_test(tc, ring_workspace);
+    tcase_set_timeout(tc, 300);
+    suite_add_tcase(s, tc);
+    TCase *tw = tcase_create("attn_ring_sdpa_workspace_size");
+    tcase_add_test(tw, ringws_invalid);
+    suite_add_tcase(s, tw);
+    return s;
+}
+
+/*
+ * tu_run with MPI around it: no fork (CK_FORK=no is also set by meson: a forked MPI
+ * process cannot talk to its peers), TAP from rank 0 only (the other ranks assert the
+ * same agreed values), and one exit status for all ranks.
+ */
+int main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    SRunner *sr = srunner_create(ring_suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    if (rank != 0)
+        srunner_set_tap(sr, "/dev/null");
+    srunner_run_all(sr, rank == 0 ? CK_ENV : CK_SILENT);
+    int failed = srunner_ntests_failed(sr), any;
+    srunner_free(sr);
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
