@@ -125,7 +125,8 @@ static void fill(const fill_spec *f, uint64_t seed, uint64_t stream, uint64_t of
     for (int64_t r = 0; r < rows; ++r) {
         char *row = attn__elem(x, idx);
         for (int64_t c = 0; c < cols; ++c, ++i) {
-            double t = f->b * stream_value(&g, i); /* separate statements: no FMA contraction */
+            /* separate statements: no FMA contraction; b == 0 is a constant fill */
+            double t = f->b == 0 ? 0.0 : f->b * stream_value(&g, i);
             double v = f->a + t;
             put(x->dtype, row + c * cs * (int64_t)es, v, f->lo, f->hi);
         }
@@ -356,5 +357,120 @@ attn_status attn_init_orthogonal(double gain, uint64_t seed, uint64_t stream, at
             put(w->dtype, dst, v, -INFINITY, INFINITY);
         }
     free(owned);
+    return ATTN_OK;
+}
+
+/* ---- whole layers ------------------------------------------------------ */
+
+/* A parameter view bound for the config: dtype dt, shape (s0) or (s0, s1), writable. */
+static attn_status check_param(const attn_view *v, attn_dtype dt, int ndim, int64_t s0,
+                               int64_t s1) {
+    ATTN_TRY(attn_view_check(v));
+    if (v->dtype != dt)
+        return ATTN_EDTYPE;
+    if (v->ndim != ndim || v->shape[0] != s0 || (ndim == 2 && v->shape[1] != s1))
+        return ATTN_ESHAPE;
+    if (attn__self_overlaps(v))
+        return ATTN_ESTRIDE;
+    return ATTN_OK;
+}
+
+/* v := c everywhere (a fill with no random part). */
+static void fill_const(attn_view *v, double c) {
+    fill_spec f = {.normal = false, .a = c, .b = 0, .lo = -INFINITY, .hi = INFINITY};
+    fill(&f, 0, 0, 0, v);
+}
+
+static attn_status check_mha(const attn_mha_config *c, const attn_mha_params *p) {
+    int64_t hd = c->heads * c->d_head, kd = c->kv_heads * c->d_head;
+    ATTN_TRY(check_param(&p->wq, c->dtype, 2, c->d_model, hd));
+    ATTN_TRY(check_param(&p->wk, c->dtype, 2, c->d_kv, kd));
+    ATTN_TRY(check_param(&p->wv, c->dtype, 2, c->d_kv, kd));
+    ATTN_TRY(check_param(&p->wo, c->dtype, 2, hd, c->d_model));
+    if (c->bias) {
+        ATTN_TRY(check_param(&p->bq, c->dtype, 1, hd, 0));
+        ATTN_TRY(check_param(&p->bk, c->dtype, 1, kd, 0));
+        ATTN_TRY(check_param(&p->bv, c->dtype, 1, kd, 0));
+        ATTN_TRY(check_param(&p->bo, c->dtype, 1, c->d_model, 0));
+    }
+    return ATTN_OK;
+}
+
+/* Xavier-uniform weights from their fixed streams, zero biases (p already checked). */
+static void write_mha(const attn_mha_config *c, attn_mha_params *p, uint64_t seed) {
+    attn_init_xavier(ATTN_INIT_UNIFORM, 1, seed, ATTN_STREAM_WQ, &p->wq);
+    attn_init_xavier(ATTN_INIT_UNIFORM, 1, seed, ATTN_STREAM_WK, &p->wk);
+    attn_init_xavier(ATTN_INIT_UNIFORM, 1, seed, ATTN_STREAM_WV, &p->wv);
+    attn_init_xavier(ATTN_INIT_UNIFORM, 1, seed, ATTN_STREAM_WO, &p->wo);
+    if (c->bias) {
+        fill_const(&p->bq, 0);
+        fill_const(&p->bk, 0);
+        fill_const(&p->bv, 0);
+        fill_const(&p->bo, 0);
+    }
+}
+
+static attn_status check_ffn(const attn_ffn_config *c, const attn_ffn_params *p) {
+    ATTN_TRY(check_param(&p->w1, c->dtype, 2, c->d_model, c->d_ff));
+    ATTN_TRY(check_param(&p->w2, c->dtype, 2, c->d_ff, c->d_model));
+    if (c->bias) {
+        ATTN_TRY(check_param(&p->b1, c->dtype, 1, c->d_ff, 0));
+        ATTN_TRY(check_param(&p->b2, c->dtype, 1, c->d_model, 0));
+    }
+    return ATTN_OK;
+}
+
+static void write_ffn(const attn_ffn_config *c, attn_ffn_params *p, uint64_t seed) {
+    attn_init_xavier(ATTN_INIT_UNIFORM, 1, seed, ATTN_STREAM_W1, &p->w1);
+    attn_init_xavier(ATTN_INIT_UNIFORM, 1, seed, ATTN_STREAM_W2, &p->w2);
+    if (c->bias) {
+        fill_const(&p->b1, 0);
+        fill_const(&p->b2, 0);
+    }
+}
+
+attn_status attn_mha_params_init(const attn_mha_config *cfg, attn_mha_params *p,
+                                 uint64_t seed) {
+    if (!cfg || !p)
+        return ATTN_EINVAL;
+    attn_mha_config c;
+    ATTN_TRY(attn_mha_config_resolve(cfg, &c));
+    ATTN_TRY(check_mha(&c, p));
+    write_mha(&c, p, seed);
+    return ATTN_OK;
+}
+
+attn_status attn_ffn_params_init(const attn_ffn_config *cfg, attn_ffn_params *p,
+                                 uint64_t seed) {
+    if (!cfg || !p)
+        return ATTN_EINVAL;
+    attn_ffn_config c;
+    ATTN_TRY(attn_ffn_config_resolve(cfg, &c));
+    ATTN_TRY(check_ffn(&c, p));
+    write_ffn(&c, p, seed);
+    return ATTN_OK;
+}
+
+attn_status attn_encoder_params_init(const attn_encoder_config *cfg, attn_encoder_params *p,
+                                     uint64_t seed) {
+    if (!cfg || !p)
+        return ATTN_EINVAL;
+    attn_encoder_config c;
+    ATTN_TRY(attn_encoder_config_resolve(cfg, &c));
+    ATTN_TRY(check_mha(&c.mha, &p->mha));
+    ATTN_TRY(check_ffn(&c.ffn, &p->ffn));
+    if (c.ln_affine) {
+        attn_view *ln[4] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b};
+        for (int i = 0; i < 4; ++i)
+            ATTN_TRY(check_param(ln[i], c.mha.dtype, 1, c.mha.d_model, 0));
+    }
+    write_mha(&c.mha, &p->mha, seed);
+    write_ffn(&c.ffn, &p->ffn, seed);
+    if (c.ln_affine) {
+        fill_const(&p->ln1_g, 1);
+        fill_const(&p->ln1_b, 0);
+        fill_const(&p->ln2_g, 1);
+        fill_const(&p->ln2_b, 0);
+    }
     return ATTN_OK;
 }

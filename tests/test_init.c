@@ -622,6 +622,149 @@ START_TEST(ow_sizes) {
 }
 END_TEST
 
+/* ---- layer helpers ---------------------------------------------------------------- */
+
+/* w (in, out) equals Xavier-uniform of stream st, computed from the reference. */
+static void check_xavier(const attn_view *w, uint64_t seed, uint64_t st, const char *what) {
+    double a = sqrt(6.0 / (double)(w->shape[0] + w->shape[1]));
+    check_stream(w, want_uniform, -a, a, seed, st, 0, 0.0, what);
+}
+static void check_const(const attn_view *v, double c, const char *what) {
+    int64_t idx[4] = {0};
+    if (tu_numel(v) == 0) return;
+    do ck_assert_msg(tu_get(v, idx) == c, "%s: %g", what, tu_get(v, idx));
+    while (tu_inc(idx, v->shape, v->ndim));
+}
+
+static const attn_mha_config mha_cfgs[] = {
+    {.dtype = ATTN_F64, .d_model = 8, .heads = 2, .bias = true},
+    {.dtype = ATTN_F32, .d_model = 6, .heads = 4, .kv_heads = 2, .d_head = 3, .d_kv = 5},
+};
+
+START_TEST(lm_weights_and_biases) {
+    for (size_t c = 0; c < sizeof mha_cfgs / sizeof *mha_cfgs; ++c) {
+        const attn_mha_config *cfg = &mha_cfgs[c];
+        size_t bytes = attn_mha_params_size(cfg);
+        char *slab = aligned_alloc(64, bytes);
+        memset(slab, 0xFF, bytes); /* NaN everywhere */
+        attn_mha_params p;
+        ck_assert_int_eq(attn_mha_params_bind(&p, cfg, slab, bytes), ATTN_OK);
+        ck_assert_int_eq(attn_mha_params_init(cfg, &p, 2026), ATTN_OK);
+        check_xavier(&p.wq, 2026, ATTN_STREAM_WQ, "wq");
+        check_xavier(&p.wk, 2026, ATTN_STREAM_WK, "wk");
+        check_xavier(&p.wv, 2026, ATTN_STREAM_WV, "wv");
+        check_xavier(&p.wo, 2026, ATTN_STREAM_WO, "wo");
+        if (cfg->bias) {
+            check_const(&p.bq, 0, "bq"); check_const(&p.bk, 0, "bk");
+            check_const(&p.bv, 0, "bv"); check_const(&p.bo, 0, "bo");
+        }
+        free(slab);
+    }
+}
+END_TEST
+
+/* Every status, with the parameter slab left as it was. */
+START_TEST(lm_errors) {
+    const attn_mha_config *cfg = &mha_cfgs[0];
+    size_t bytes = attn_mha_params_size(cfg);
+    char *slab = aligned_alloc(64, bytes), *keep = malloc(bytes);
+    memset(slab, 0x11, bytes);
+    memcpy(keep, slab, bytes);
+    attn_mha_params p, q;
+    ck_assert_int_eq(attn_mha_params_bind(&p, cfg, slab, bytes), ATTN_OK);
+    attn_mha_config bad = *cfg, f32 = *cfg;
+    bad.heads = 3; /* 8 % 3 != 0 */
+    f32.dtype = ATTN_F32;
+#define EXPECT(st, call)                                                        \
+    do {                                                                        \
+        ck_assert_int_eq((call), (st));                                         \
+        ck_assert_msg(memcmp(slab, keep, bytes) == 0, "written on error");      \
+    } while (0)
+    EXPECT(ATTN_EINVAL, attn_mha_params_init(NULL, &p, 1));
+    EXPECT(ATTN_EINVAL, attn_mha_params_init(cfg, NULL, 1));
+    EXPECT(ATTN_EINVAL, attn_mha_params_init(&bad, &p, 1));
+    EXPECT(ATTN_EDTYPE, attn_mha_params_init(&f32, &p, 1));
+    q = p; q.bo.shape[0] = 7; /* the last view checked: nothing before it may be written */
+    EXPECT(ATTN_ESHAPE, attn_mha_params_init(cfg, &q, 1));
+    q = p; q.wo.stride[0] = 0;
+    EXPECT(ATTN_ESTRIDE, attn_mha_params_init(cfg, &q, 1));
+    q = p; q.wk.ndim = 1;
+    EXPECT(ATTN_ESHAPE, attn_mha_params_init(cfg, &q, 1));
+#undef EXPECT
+    free(slab);
+    free(keep);
+}
+END_TEST
+
+START_TEST(lf_weights_and_biases) {
+    for (int b = 0; b < 2; ++b) {
+        attn_ffn_config cfg = {.dtype = b ? ATTN_F64 : ATTN_F32, .d_model = 6, .bias = b};
+        size_t bytes = attn_ffn_params_size(&cfg);
+        char *slab = aligned_alloc(64, bytes);
+        memset(slab, 0xFF, bytes);
+        attn_ffn_params p;
+        ck_assert_int_eq(attn_ffn_params_bind(&p, &cfg, slab, bytes), ATTN_OK);
+        ck_assert_int_eq(attn_ffn_params_init(&cfg, &p, 7), ATTN_OK);
+        ck_assert_int_eq(p.w1.shape[1], 24); /* d_ff 0 -> 4 C */
+        check_xavier(&p.w1, 7, ATTN_STREAM_W1, "w1");
+        check_xavier(&p.w2, 7, ATTN_STREAM_W2, "w2");
+        if (b) { check_const(&p.b1, 0, "b1"); check_const(&p.b2, 0, "b2"); }
+        ck_assert_int_eq(attn_ffn_params_init(NULL, &p, 7), ATTN_EINVAL);
+        attn_ffn_config bad = cfg;
+        bad.d_model = 0;
+        ck_assert_int_eq(attn_ffn_params_init(&bad, &p, 7), ATTN_EINVAL);
+        attn_ffn_params q = p;
+        q.w2.shape[1] = 5;
+        ck_assert_int_eq(attn_ffn_params_init(&cfg, &q, 7), ATTN_ESHAPE);
+        free(slab);
+    }
+}
+END_TEST
+
+/* An encoder's MHA and FFN equal standalone ones of the same seed; LayerNorm is (1, 0). */
+START_TEST(le_matches_parts) {
+    attn_encoder_config cfg = {
+        .mha = {.dtype = ATTN_F64, .d_model = 8, .heads = 2, .bias = true},
+        .ffn = {.dtype = ATTN_F64, .d_model = 8, .d_ff = 12, .bias = true},
+        .ln_affine = true};
+    size_t eb = attn_encoder_params_size(&cfg), mb = attn_mha_params_size(&cfg.mha),
+           fb = attn_ffn_params_size(&cfg.ffn);
+    char *es = aligned_alloc(64, eb), *ms = aligned_alloc(64, mb), *fs = aligned_alloc(64, fb);
+    memset(es, 0xFF, eb);
+    attn_encoder_params e;
+    attn_mha_params m;
+    attn_ffn_params f;
+    ck_assert_int_eq(attn_encoder_params_bind(&e, &cfg, es, eb), ATTN_OK);
+    ck_assert_int_eq(attn_mha_params_bind(&m, &cfg.mha, ms, mb), ATTN_OK);
+    ck_assert_int_eq(attn_ffn_params_bind(&f, &cfg.ffn, fs, fb), ATTN_OK);
+    ck_assert_int_eq(attn_encoder_params_init(&cfg, &e, 99), ATTN_OK);
+    ck_assert_int_eq(attn_mha_params_init(&cfg.mha, &m, 99), ATTN_OK);
+    ck_assert_int_eq(attn_ffn_params_init(&cfg.ffn, &f, 99), ATTN_OK);
+    const attn_view *ev[] = {&e.mha.wq, &e.mha.wk, &e.mha.wv, &e.mha.wo, &e.mha.bo,
+                             &e.ffn.w1, &e.ffn.w2, &e.ffn.b1};
+    const attn_view *sv[] = {&m.wq, &m.wk, &m.wv, &m.wo, &m.bo, &f.w1, &f.w2, &f.b1};
+    for (int i = 0; i < 8; ++i) tu_check_close(ev[i], sv[i], 0, 0, "encoder part");
+    check_const(&e.ln1_g, 1, "ln1_g"); check_const(&e.ln1_b, 0, "ln1_b");
+    check_const(&e.ln2_g, 1, "ln2_g"); check_const(&e.ln2_b, 0, "ln2_b");
+    /* errors: nothing written */
+    memset(es, 0x22, eb);
+    char *keep = malloc(eb);
+    memcpy(keep, es, eb);
+    attn_encoder_config bad = cfg;
+    bad.ffn.d_model = 6;
+    ck_assert_int_eq(attn_encoder_params_init(&bad, &e, 1), ATTN_EINVAL);
+    ck_assert_int_eq(attn_encoder_params_init(&cfg, NULL, 1), ATTN_EINVAL);
+    attn_encoder_params q = e;
+    q.ln2_b.shape[0] = 9; /* checked last */
+    ck_assert_int_eq(attn_encoder_params_init(&cfg, &q, 1), ATTN_ESHAPE);
+    q = e;
+    q.ffn.w1.dtype = ATTN_F32;
+    ck_assert_int_eq(attn_encoder_params_init(&cfg, &q, 1), ATTN_EDTYPE);
+    ck_assert(memcmp(es, keep, eb) == 0);
+    free(es); free(ms); free(fs); free(keep);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("init");
     struct {
@@ -640,6 +783,9 @@ int main(void) {
         {"attn_init_orthogonal",
          {or_orthonormal, or_matches_gram_schmidt, or_strided_outputs, or_errors}},
         {"attn_init_orthogonal_workspace_size", {ow_sizes}},
+        {"attn_mha_params_init", {lm_weights_and_biases, lm_errors}},
+        {"attn_ffn_params_init", {lf_weights_and_biases}},
+        {"attn_encoder_params_init", {le_matches_parts}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; ++c) {
         TCase *tc = tcase_create(cases[c].name);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "attn/export.h"
+#include "attn/layers.h"
 #include "attn/status.h"
 #include "attn/view.h"
 
@@ -135,6 +136,47 @@ ATTN_API attn_status attn_init_orthogonal(double gain, uint64_t seed, uint64_t s
 
 /** Bytes of workspace attn_init_orthogonal needs for w; 0 if w is invalid. Since 0.1. */
 ATTN_API size_t attn_init_orthogonal_workspace_size(const attn_view *w);
+
+/**
+ * Stream ids of the layer helpers below: each tensor has its own fixed id,
+ * so adding a tensor never changes the values of the others, and an
+ * encoder's MHA and FFN weights equal those of a standalone MHA / FFN
+ * initialized with the same seed.
+ */
+typedef enum attn_param_stream {
+    ATTN_STREAM_WQ = 1,
+    ATTN_STREAM_WK = 2,
+    ATTN_STREAM_WV = 3,
+    ATTN_STREAM_WO = 4,
+    ATTN_STREAM_W1 = 5,
+    ATTN_STREAM_W2 = 6
+} attn_param_stream;
+
+/**
+ * Initialize a bound MHA parameter struct from one seed: every weight
+ * Xavier-uniform (gain 1) from its own stream (ATTN_STREAM_WQ..WO), biases
+ * (when cfg->bias) zero. p must be bound for cfg (attn_mha_params_bind, or
+ * views of the same shapes and dtype). Returns the statuses of
+ * attn_mha_config_resolve, ATTN_EINVAL (p NULL), ATTN_EDTYPE, ATTN_ESHAPE
+ * (a view that does not match cfg), ATTN_ESTRIDE (a view broadcasts or
+ * overlaps itself). Nothing is written on error.
+ * The fans are those of each (in, out) weight: Wq (C, H*D) has fan_in C,
+ * fan_out H*D (PyTorch instead scales its fused (3C, C) in_proj as one
+ * matrix). For a stack of layers give each layer its own seed. Since 0.1.
+ */
+ATTN_API attn_status attn_mha_params_init(const attn_mha_config *cfg, attn_mha_params *p,
+                                          uint64_t seed);
+
+/** The same for an FFN: w1, w2 Xavier-uniform (ATTN_STREAM_W1, W2), biases zero. Since 0.1. */
+ATTN_API attn_status attn_ffn_params_init(const attn_ffn_config *cfg, attn_ffn_params *p,
+                                          uint64_t seed);
+
+/**
+ * The same for an encoder block: its MHA and FFN as above (same streams),
+ * LayerNorm gamma 1 and beta 0 when cfg->ln_affine. Since 0.1.
+ */
+ATTN_API attn_status attn_encoder_params_init(const attn_encoder_config *cfg,
+                                              attn_encoder_params *p, uint64_t seed);
 
 #ifdef __cplusplus
 }
