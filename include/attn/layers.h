@@ -111,6 +111,11 @@ ATTN_API attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha
                                       const attn_view *x_q, const attn_view *x_kv,
                                       const attn_sdpa_opts *opts, attn_view *out,
                                       const attn_trace *trace, void *work, size_t work_size);
+/**
+ * Bytes of workspace attn_mha_forward needs for these arguments (0 when
+ * they are invalid: the call then reports why). Assumes weights with a unit
+ * stride in one dim. Since 0.1.
+ */
 ATTN_API size_t attn_mha_workspace_size(const attn_mha_config *cfg, const attn_view *x_q,
                                         const attn_view *x_kv, const attn_sdpa_opts *opts,
                                         const attn_trace *trace);
@@ -128,6 +133,7 @@ ATTN_API attn_status attn_mha_backward(const attn_mha_config *cfg, const attn_mh
                                        const attn_view *dout, attn_view *dx_q,
                                        attn_view *dx_kv, attn_mha_params *grads, void *work,
                                        size_t work_size);
+/** Bytes of workspace attn_mha_backward needs (0 when invalid). Since 0.1. */
 ATTN_API size_t attn_mha_backward_workspace_size(const attn_mha_config *cfg,
                                                  const attn_view *x_q, const attn_view *x_kv,
                                                  const attn_sdpa_opts *opts);
@@ -157,11 +163,24 @@ typedef struct attn_ffn_params {
     attn_view w1, b1, w2, b2; /* (C, F) (F) (F, C) (C) */
 } attn_ffn_params;
 
+/**
+ * Check an FFN config and fill in its defaults (dtype 0 -> F32, d_ff 0 ->
+ * 4 C) into *out (out may be cfg). ATTN_EINVAL for NULL, a dtype other than
+ * F32/F64, d_model < 1, d_ff < 0, an unknown activation, or a size that
+ * overflows. Since 0.1.
+ */
 ATTN_API attn_status attn_ffn_config_resolve(const attn_ffn_config *cfg,
                                              attn_ffn_config *out);
+/** Bytes of one FFN parameter slab (0 for an invalid config). Since 0.1. */
 ATTN_API size_t attn_ffn_params_size(const attn_ffn_config *cfg);
+/**
+ * Carve w1 (C, F), w2 (F, C) and, with bias, b1 (F), b2 (C) from slab
+ * (64-byte aligned: else ATTN_EINVAL; at least attn_ffn_params_size bytes:
+ * else ATTN_EWORKSPACE). Since 0.1.
+ */
 ATTN_API attn_status attn_ffn_params_bind(attn_ffn_params *p, const attn_ffn_config *cfg,
                                           void *slab, size_t slab_size);
+/** Number of scalars, 2 C F (+ F + C with bias); -1 if invalid. Since 0.1. */
 ATTN_API int64_t attn_ffn_param_count(const attn_ffn_config *cfg);
 
 /**
@@ -171,6 +190,7 @@ ATTN_API int64_t attn_ffn_param_count(const attn_ffn_config *cfg);
 ATTN_API attn_status attn_ffn_forward(const attn_ffn_config *cfg, const attn_ffn_params *p,
                                       const attn_view *x, attn_view *out,
                                       const attn_trace *trace, void *work, size_t work_size);
+/** Bytes of workspace attn_ffn_forward needs (0 when invalid). Since 0.1. */
 ATTN_API size_t attn_ffn_workspace_size(const attn_ffn_config *cfg, const attn_view *x,
                                         const attn_trace *trace);
 /**
@@ -181,6 +201,7 @@ ATTN_API attn_status attn_ffn_backward(const attn_ffn_config *cfg, const attn_ff
                                        const attn_view *x, const attn_trace *cache,
                                        const attn_view *dout, attn_view *dx,
                                        attn_ffn_params *grads, void *work, size_t work_size);
+/** Bytes of workspace attn_ffn_backward needs (0 when invalid). Since 0.1. */
 ATTN_API size_t attn_ffn_backward_workspace_size(const attn_ffn_config *cfg,
                                                  const attn_view *x);
 
@@ -209,10 +230,18 @@ typedef struct attn_encoder_params {
  */
 ATTN_API attn_status attn_encoder_config_resolve(const attn_encoder_config *cfg,
                                                  attn_encoder_config *out);
+/** Bytes of one encoder parameter slab (0 for an invalid config). Since 0.1. */
 ATTN_API size_t attn_encoder_params_size(const attn_encoder_config *cfg);
+/**
+ * Carve ln1 gamma/beta (with ln_affine), the MHA parameters, ln2
+ * gamma/beta, then the FFN parameters from one slab, each tensor 64-byte
+ * aligned (slab misaligned: ATTN_EINVAL; too small: ATTN_EWORKSPACE).
+ * Since 0.1.
+ */
 ATTN_API attn_status attn_encoder_params_bind(attn_encoder_params *p,
                                               const attn_encoder_config *cfg, void *slab,
                                               size_t slab_size);
+/** Number of scalars (MHA + FFN + 4 C with ln_affine); -1 if invalid. Since 0.1. */
 ATTN_API int64_t attn_encoder_param_count(const attn_encoder_config *cfg);
 
 /**
@@ -226,6 +255,7 @@ ATTN_API attn_status attn_encoder_forward(const attn_encoder_config *cfg,
                                           const attn_sdpa_opts *opts, attn_view *out,
                                           const attn_trace *trace, void *work,
                                           size_t work_size);
+/** Bytes of workspace attn_encoder_forward needs (0 when invalid). Since 0.1. */
 ATTN_API size_t attn_encoder_workspace_size(const attn_encoder_config *cfg,
                                             const attn_view *x, const attn_sdpa_opts *opts,
                                             const attn_trace *trace);
@@ -254,6 +284,7 @@ ATTN_API attn_status attn_encoder_backward(const attn_encoder_config *cfg,
                                            const attn_trace *cache, const attn_view *dout,
                                            attn_view *dx, attn_encoder_params *grads,
                                            void *work, size_t work_size);
+/** Bytes of workspace attn_encoder_backward needs (0 when invalid). Since 0.1. */
 ATTN_API size_t attn_encoder_backward_workspace_size(const attn_encoder_config *cfg,
                                                      const attn_view *x,
                                                      const attn_sdpa_opts *opts);
