@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# The docs cannot rot: (1) every ```c block of docs/guide.md appears, up to
+# The docs cannot rot: (1) every ```c block of docs/guide.md and README.md appears, up to
 # white space, in a program under examples/ (or, for declarations, in a public
 # header); (2) every ATTN_API function declared in include/attn has an entry
 # "### name" in docs/api.md. TAP output.
@@ -9,7 +9,8 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 squash() { tr -d ' \t\n' ; }
 cat "$src"/examples/*.c | squash > "$tmp/examples"
 cat "$src"/include/attn/*.h "$src"/include/attn/*.in 2>/dev/null | squash > "$tmp/headers"
-awk -v dir="$tmp" '/^```c$/{n++; f=1; next} /^```/{f=0} f{print > (dir "/block" n)}' "$src/docs/guide.md"
+awk -v dir="$tmp" '/^```c$/{n++; f=1; next} /^```/{f=0} f{print > (dir "/block" n)}' \
+    "$src/docs/guide.md" "$src/README.md"
 n=0; fail=0
 for b in "$tmp"/block*; do
   [ -e "$b" ] || continue
