@@ -231,33 +231,74 @@ typedef struct attn_sdpa_opts {
 
 /**
  * out = softmax(scale * q k^T + bias + mask) v, per batch and head.
- * q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv), out (B, H, Tq, Dv);
- * H % Hkv == 0, query head h reads key/value head h / (H / Hkv).
- * A key is masked out when the causal rule, keep == 0, or j >= kv_len[b]
- * says so. A row with no key left gives out = 0 and a finite lse (see
- * docs/numerics.md); never NaN from masking alone.
- * Statuses: ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE (incl. H % Hkv != 0, masks
- * that do not broadcast), ATTN_EALIAS, ATTN_ESTRIDE, ATTN_ERANGE,
+ * q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv), out (B, H, Tq, Dv),
+ * all of q's dtype (F32 or F64), any strides (head-split views, transposes,
+ * negative strides); H % Hkv == 0, query head h reads key/value head
+ * h / (H / Hkv) (grouped-query / multi-query attention).
+ * Options (NULL = all defaults): scale (finite; 0 -> 1/sqrt(D)); causal;
+ * keep (U8, 1 = may attend = PyTorch's True) and bias (q's dtype), each
+ * broadcasting to (B, H, Tq, Tk) with NumPy's rules (extent 1 or stride 0);
+ * kv_len (B) with 0 <= kv_len[b] <= Tk; outputs weights (B, H, Tq, Tk) and
+ * lse (B, H, Tq); algo; block_q, block_k (>= 0; 0 -> defaults; block_k
+ * applies to TILED); threads (>= 0; 0 -> OpenMP's default team, serial for
+ * small calls).
+ * A key is masked out when the causal rule, keep == 0, a -inf bias, or
+ * j >= kv_len[b] says so. A row with no key left gives out = 0, weights 0
+ * and lse = -1e30 (docs/numerics.md); never NaN from masking alone.
+ * Algorithms: MATERIALIZED computes whole score rows (block_q x Tk per
+ * thread in the workspace) and is required for weights; TILED runs an
+ * online softmax over block_k-wide key tiles (workspace independent of Tk;
+ * tiles past the causal / kv_len limit or fully masked by keep are skipped);
+ * AUTO is MATERIALIZED when weights are requested, else TILED. Both run
+ * (batch, head, query block) tasks on OpenMP threads, each tile product a
+ * single-threaded attn_gemm (docs/design.md "Threads and the BLAS").
+ * Aliasing: out, weights, lse must not overlap any input or each other.
+ * Workspace: attn_sdpa_workspace_size(q, k, v, opts) bytes (it depends on
+ * the thread count: query and call with the same opts and OpenMP setting);
+ * work == NULL && work_size == 0 allocates for this call.
+ * Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out, bad enum, scale not finite,
+ * negative block or threads, kv_len out of range), ATTN_EDTYPE (mixed
+ * dtypes, keep not U8, bias/weights/lse not q's dtype), ATTN_ESHAPE (4-D
+ * shapes that disagree, H % Hkv != 0, masks that do not broadcast, weights
+ * or lse of the wrong shape), ATTN_ESTRIDE (an output overlaps itself),
+ * ATTN_EALIAS, ATTN_ERANGE (D, Dv or a materialized row beyond INT_MAX),
  * ATTN_EUNSUPPORTED (weights with ATTN_ALGO_TILED), ATTN_EWORKSPACE,
- * ATTN_ENOMEM. Since 0.1.
+ * ATTN_ENOMEM. On error nothing is written. Since 0.1.
  */
 ATTN_API attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
                                const attn_sdpa_opts *opts, attn_view *out, void *work,
                                size_t work_size);
+
+/** Bytes of workspace attn_sdpa needs; 0 for invalid q, k, v or opts. Since 0.1. */
 ATTN_API size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k,
                                          const attn_view *v, const attn_sdpa_opts *opts);
 
 /**
- * Backward of attn_sdpa: accumulates dq, dk, dv (each may be NULL) from
- * dout, recomputing the probabilities from the forward's out and lse
- * (B, H, Tq) (no Tq x Tk storage in the tiled path). opts must be the
- * forward's (its weights/lse outputs are ignored). Since 0.1.
+ * Backward of attn_sdpa, ACCUMULATING (dq, dk, dv each may be NULL; zero
+ * them before the first backward of a step):
+ *   P = exp(scale q k^T + bias - lse) on the visible keys, 0 elsewhere,
+ *   dv += P^T dout,  dS = P * (dout v^T - rowsum(dout * out)),
+ *   dq += scale dS k,  dk += scale dS^T q  (GQA: dk, dv sum their query heads).
+ * out (B, H, Tq, Dv) and lse (B, H, Tq) are the forward's outputs (lse is
+ * required: run the forward with opts.lse set), dout has out's shape; dq, dk,
+ * dv have q's, k's, v's shapes, any strides. opts must be the forward's
+ * (masks, causal, kv_len, scale); its weights and lse fields are ignored and
+ * algo/block sizes may differ. The TILED path recomputes P tile by tile and
+ * never stores a Tq x Tk matrix; rows with no visible key contribute exactly
+ * zero. Gradients must not overlap any input or each other.
+ * Workspace: attn_sdpa_backward_workspace_size(q, k, v, opts) bytes (sized
+ * for strided gradient views; independent of Tk for TILED); NULL/0
+ * allocates. Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out/lse/dout, bad
+ * options), ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE, ATTN_EALIAS, ATTN_ERANGE,
+ * ATTN_EWORKSPACE, ATTN_ENOMEM; on error nothing is written. Since 0.1.
  */
 ATTN_API attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k,
                                         const attn_view *v, const attn_sdpa_opts *opts,
                                         const attn_view *out, const attn_view *lse,
                                         const attn_view *dout, attn_view *dq, attn_view *dk,
                                         attn_view *dv, void *work, size_t work_size);
+
+/** Bytes of workspace attn_sdpa_backward needs; 0 for invalid arguments. Since 0.1. */
 ATTN_API size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
                                                   const attn_view *v,
                                                   const attn_sdpa_opts *opts);
