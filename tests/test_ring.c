@@ -224,10 +224,12 @@ static void run_case(const rcase *c, attn_dtype dt) {
                                    NULL, 0);
     assert_status_all(s, ATTN_OK, c->name);
     double rt = TU_RTOL(dt), at = TU_ATOL(dt);
-    assert_close_all(worst_rows(&p.ol.v, &out.v, p.map, rt, at), "out vs attn_sdpa", c->name, dt);
-    assert_close_all(worst_rows(&p.ll.v, &lse.v, p.map, rt, at), "lse vs attn_sdpa", c->name, dt);
-    assert_close_all(worst_rows(&p.ol.v, &nout.v, p.map, rt, at), "out vs naive", c->name, dt);
-    assert_close_all(worst_rows(&p.ll.v, &nlse.v, p.map, rt, at), "lse vs naive", c->name, dt);
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s, %s", c->name, sd_lay_name[c->lay]);
+    assert_close_all(worst_rows(&p.ol.v, &out.v, p.map, rt, at), "out vs attn_sdpa", nm, dt);
+    assert_close_all(worst_rows(&p.ll.v, &lse.v, p.map, rt, at), "lse vs attn_sdpa", nm, dt);
+    assert_close_all(worst_rows(&p.ol.v, &nout.v, p.map, rt, at), "out vs naive", nm, dt);
+    assert_close_all(worst_rows(&p.ll.v, &nlse.v, p.map, rt, at), "lse vs naive", nm, dt);
     /* bookkeeping: P blocks seen, P - 1 sent (all but the next rank's own block) */
     int64_t sent = 0, per_tok = c->B * c->Hkv * (c->D + c->Dv) * (int64_t)attn_dtype_size(dt);
     if (nranks > 1)
