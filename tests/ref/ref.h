@@ -84,6 +84,13 @@ void ref_linear(const attn_view *x, const attn_view *w, const attn_view *b,
 void ref_linear_backward(const attn_view *x, const attn_view *w, const attn_view *dy,
                          const attn_view *want_dx, const attn_view *want_dw,
                          const attn_view *want_db);
+/* Positional encodings and patchify (ref_kernels.c): want is F64 with the output's shape.
+ * ref_sinusoidal: want (T, C); ref_rope: pairs rotated as complex numbers, x (..., T, D);
+ * ref_patchify: image (H, W), (Ch, H, W) or (B, Ch, H, W). */
+void ref_sinusoidal(double base, const attn_view *want);
+void ref_rope(int half_style, double base, int64_t offset, const attn_view *x,
+              const attn_view *want);
+void ref_patchify(int64_t p, const attn_view *image, const attn_view *want);
 
 /* ---- sdpa references (ref_sdpa.c) ---- */
 

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Naive double references for the row and elementwise kernels: per-element loops over
  * multi-indices, full Jacobians for the backward passes (independent of src/). */
+#include <complex.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../testutil.h"
 #include "ref.h"
@@ -245,5 +247,70 @@ void ref_linear_backward(const attn_view *x, const attn_view *w, const attn_view
                     tu_set(want_dw, io, tu_get(want_dw, io) + rget(x, r, i) * g);
                 if (want_db && i == 0)
                     tu_set(want_db, (int64_t[]){o}, pget(want_db, o, 0) + g);
+            }
+}
+
+/* ---- positional encodings and patchify ---- */
+
+void ref_sinusoidal(double base, const attn_view *want) {
+    int64_t T = want->shape[0], C = want->shape[1];
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < C; ++c) {
+            double f = pow(base, -(double)(c - c % 2) / (double)C);
+            tu_set(want, (int64_t[]){t, c}, c % 2 ? cos(t * f) : sin(t * f));
+        }
+}
+
+/* Each pair as a complex number z = a + ib, multiplied by e^{i theta}. */
+void ref_rope(int half_style, double base, int64_t offset, const attn_view *x,
+              const attn_view *want) {
+    int nd = x->ndim;
+    int64_t D = x->shape[nd - 1], idx[ATTN_MAX_DIMS] = {0};
+    if (tu_numel(x) == 0)
+        return;
+    do {
+        if (idx[nd - 1] != 0)
+            continue; /* one visit per row */
+        double p = (double)(offset + idx[nd - 2]);
+        for (int64_t i = 0; i < D / 2; ++i) {
+            int64_t ja = half_style ? i : 2 * i, jb = half_style ? i + D / 2 : 2 * i + 1;
+            int64_t ia[ATTN_MAX_DIMS], ib[ATTN_MAX_DIMS];
+            memcpy(ia, idx, sizeof ia);
+            memcpy(ib, idx, sizeof ib);
+            ia[nd - 1] = ja;
+            ib[nd - 1] = jb;
+            double complex z = tu_get(x, ia) + I * tu_get(x, ib);
+            z *= cexp(I * p * pow(base, -2.0 * (double)i / (double)D));
+            tu_set(want, ia, creal(z));
+            tu_set(want, ib, cimag(z));
+        }
+    } while (tu_inc(idx, x->shape, nd));
+}
+
+void ref_patchify(int64_t p, const attn_view *image, const attn_view *want) {
+    int nd = image->ndim;
+    int64_t B = nd == 4 ? image->shape[0] : 1, Ch = nd >= 3 ? image->shape[nd - 3] : 1;
+    int64_t H = image->shape[nd - 2], W = image->shape[nd - 1];
+    int64_t token = 0; /* patches in row-major order over the patch grid */
+    for (int64_t b = 0; b < B; ++b, token = 0)
+        for (int64_t pr = 0; pr < H / p; ++pr)
+            for (int64_t pc = 0; pc < W / p; ++pc, ++token) {
+                int64_t f = 0;
+                for (int64_t c = 0; c < Ch; ++c)
+                    for (int64_t i = 0; i < p; ++i)
+                        for (int64_t j = 0; j < p; ++j, ++f) {
+                            int64_t src[4] = {0}, k = 0, dst[3], m = 0;
+                            if (nd == 4)
+                                src[k++] = b;
+                            if (nd >= 3)
+                                src[k++] = c;
+                            src[k++] = pr * p + i;
+                            src[k++] = pc * p + j;
+                            if (nd == 4)
+                                dst[m++] = b;
+                            dst[m++] = token;
+                            dst[m++] = f;
+                            tu_set(want, dst, tu_get(image, src));
+                        }
             }
 }
