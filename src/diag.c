@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Diagnostics: entropy and softmax-Jacobian norms of probability rows, SVD and effective rank via LAPACKE. */
+/* Diagnostics: entropy, softmax-Jacobian norms, SVD and effective rank (LAPACKE). */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -187,8 +187,8 @@ static bool add_block(size_t *total, size_t count, size_t size, size_t *offset) 
 /* Workspace: J (n x n), eigenvalues (n), one result per row, work (lwork), iwork (liwork). */
 typedef struct eig_plan {
     lapack_int n, lwork, liwork;
-    int64_t    rows;
-    size_t     w_off, r_off, l_off, i_off, total; /* J at offset 0 */
+    int64_t rows;
+    size_t w_off, r_off, l_off, i_off, total; /* J at offset 0 */
 } eig_plan;
 
 static attn_status eig_plan_make(const attn_view *p, eig_plan *pl, int *info) {
@@ -228,8 +228,8 @@ size_t attn_diag_softmax_jacobian_spectral_workspace_size(const attn_view *p) {
     return pl.total;
 }
 
-attn_status attn_diag_softmax_jacobian_spectral(const attn_view *p, attn_view *out,
-                                                void *work, size_t work_size, int *info) {
+attn_status attn_diag_softmax_jacobian_spectral(const attn_view *p, attn_view *out, void *work,
+                                                size_t work_size, int *info) {
     int dummy_info;
     if (!info)
         info = &dummy_info;
@@ -285,7 +285,7 @@ attn_status attn_diag_softmax_jacobian_spectral(const attn_view *p, attn_view *o
 /* Workspace: A (m x n, column-major), s (k), work (lwork), iwork (8 k); k = min(m, n). */
 typedef struct svd_plan {
     lapack_int m, n, k, lwork;
-    size_t     s_off, l_off, i_off, total; /* A at offset 0 */
+    size_t s_off, l_off, i_off, total; /* A at offset 0 */
 } svd_plan;
 
 static attn_status svd_plan_make(const attn_view *a, svd_plan *pl, int *info) {
@@ -298,9 +298,9 @@ static attn_status svd_plan_make(const attn_view *a, svd_plan *pl, int *info) {
         return ATTN_ERANGE;
     double dummy = 0, wq = 0;
     lapack_int idummy = 0;
-    lapack_int li = LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'N', (lapack_int)m, (lapack_int)n,
-                                        &dummy, (lapack_int)m, &dummy, &dummy, 1, &dummy, 1,
-                                        &wq, -1, &idummy);
+    lapack_int li =
+        LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, 'N', (lapack_int)m, (lapack_int)n, &dummy,
+                            (lapack_int)m, &dummy, &dummy, 1, &dummy, 1, &wq, -1, &idummy);
     if (li != 0) {
         *info = (int)li;
         return ATTN_ELAPACK;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Reproducible init: Philox4x32-10 streams, uniform/normal fills, Xavier/Kaiming, orthogonal by LAPACKE QR. */
+/* Reproducible init: Philox4x32-10 streams, fills, Xavier/Kaiming, orthogonal by LAPACKE QR. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -63,8 +63,8 @@ static inline double unit53(uint64_t b) { return (double)(b >> 11) * 0x1p-53; }
  */
 typedef struct stream_reader {
     uint64_t seed, stream, j;
-    bool     normal, valid;
-    double   v[2]; /* the two values of block j */
+    bool normal, valid;
+    double v[2]; /* the two values of block j */
 } stream_reader;
 
 static double stream_value(stream_reader *g, uint64_t i) {
@@ -97,7 +97,7 @@ static double stream_value(stream_reader *g, uint64_t i) {
  * target interval in x's dtype (infinite for normals).
  */
 typedef struct fill_spec {
-    bool   normal;
+    bool normal;
     double a, b;
     double lo, hi;
 } fill_spec;
@@ -157,8 +157,8 @@ static attn_status uniform_spec(attn_dtype dt, double lo, double hi, fill_spec *
         return ATTN_EINVAL;
     if (!isfinite(hi - lo))
         return ATTN_ERANGE;
-    *f = (fill_spec){.normal = false, .a = lo, .b = hi - lo, .lo = lo,
-                     .hi = nextafter(hi, -INFINITY)};
+    *f = (fill_spec){
+        .normal = false, .a = lo, .b = hi - lo, .lo = lo, .hi = nextafter(hi, -INFINITY)};
     if (dt == ATTN_F32) {
         if (fabs(lo) > FLT_MAX || fabs(hi) > FLT_MAX)
             return ATTN_ERANGE;
@@ -228,8 +228,8 @@ static attn_status check_scaled(attn_init_dist dist, double gain, attn_view *w, 
     return ATTN_OK;
 }
 
-attn_status attn_init_xavier(attn_init_dist dist, double gain, uint64_t seed,
-                             uint64_t stream, attn_view *w) {
+attn_status attn_init_xavier(attn_init_dist dist, double gain, uint64_t seed, uint64_t stream,
+                             attn_view *w) {
     bool empty;
     ATTN_TRY(check_scaled(dist, gain, w, &empty));
     if (empty)
@@ -240,8 +240,8 @@ attn_status attn_init_xavier(attn_init_dist dist, double gain, uint64_t seed,
     return scaled_fill(dist, scale, seed, stream, w);
 }
 
-attn_status attn_init_kaiming(attn_init_dist dist, double gain, uint64_t seed,
-                              uint64_t stream, attn_view *w) {
+attn_status attn_init_kaiming(attn_init_dist dist, double gain, uint64_t seed, uint64_t stream,
+                              attn_view *w) {
     bool empty;
     ATTN_TRY(check_scaled(dist, gain, w, &empty));
     if (empty)
@@ -260,7 +260,7 @@ attn_status attn_init_kaiming(attn_init_dist dist, double gain, uint64_t seed,
  */
 typedef struct ortho_plan {
     lapack_int p, q, lwork;
-    size_t     a_bytes, q_bytes, total;
+    size_t a_bytes, q_bytes, total;
 } ortho_plan;
 
 static attn_status ortho_plan_make(const attn_view *w, ortho_plan *pl, int *info) {
@@ -277,8 +277,8 @@ static attn_status ortho_plan_make(const attn_view *w, ortho_plan *pl, int *info
     lapack_int li = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, (lapack_int)p, (lapack_int)q, &dummy,
                                         (lapack_int)p, &dummy, &wq1, -1);
     if (li == 0)
-        li = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, (lapack_int)p, (lapack_int)q,
-                                 (lapack_int)q, &dummy, (lapack_int)p, &dummy, &wq2, -1);
+        li = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, (lapack_int)p, (lapack_int)q, (lapack_int)q,
+                                 &dummy, (lapack_int)p, &dummy, &wq2, -1);
     if (li != 0) {
         *info = (int)li;
         return ATTN_ELAPACK;
@@ -333,12 +333,13 @@ attn_status attn_init_orthogonal(double gain, uint64_t seed, uint64_t stream, at
         for (int64_t j = 0; j < n; ++j)
             a[tall ? i + j * p : j + i * p] = stream_value(&g, (uint64_t)(i * n + j));
 
-    lapack_int li = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, pl.p, pl.q, a, pl.p, tau, lw, pl.lwork);
+    lapack_int li =
+        LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, pl.p, pl.q, a, pl.p, tau, lw, pl.lwork);
     if (li == 0) {
         for (lapack_int j = 0; j < pl.q; ++j) /* sign(R_jj), with sign(0) = +1 */
             sign[j] = a[j + j * p] < 0 ? -1.0 : 1.0;
-        li = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, pl.p, pl.q, pl.q, a, pl.p, tau, lw,
-                                 pl.lwork);
+        li =
+            LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, pl.p, pl.q, pl.q, a, pl.p, tau, lw, pl.lwork);
     }
     if (li != 0) {
         free(owned);

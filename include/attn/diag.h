@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Numerical diagnostics: attention entropy, softmax-Jacobian norms, singular values, effective rank. */
+/* Numerical diagnostics: attention entropy, softmax-Jacobian norms, SVD, effective rank. */
 #ifndef ATTN_DIAG_H
 #define ATTN_DIAG_H
 

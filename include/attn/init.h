@@ -53,8 +53,7 @@ extern "C" {
  * 0x9E3779B9, 0xBB67AE85. Matches Random123's known-answer vectors. out may
  * alias ctr. Since 0.1.
  */
-ATTN_API void attn_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
-                                 uint32_t out[4]);
+ATTN_API void attn_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /** bits(i) of stream (seed, stream), as defined above. Since 0.1. */
 ATTN_API uint64_t attn_rng_bits(uint64_t seed, uint64_t stream, uint64_t i);

@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "ref.h"
 #include "../testutil.h"
+#include "ref.h"
 
 /* Cyclic Jacobi rotations (Golub & Van Loan, alg. 8.5.3) until the off-diagonal vanishes. */
 void ref_sym_eigen(int64_t n, double *a, double *ev) {
@@ -13,13 +13,16 @@ void ref_sym_eigen(int64_t n, double *a, double *ev) {
         for (int64_t i = 0; i < n; ++i)
             for (int64_t j = 0; j < n; ++j) {
                 tot += a[i * n + j] * a[i * n + j];
-                if (i != j) off += a[i * n + j] * a[i * n + j];
+                if (i != j)
+                    off += a[i * n + j] * a[i * n + j];
             }
-        if (off <= 1e-36 * tot || off == 0) break;
+        if (off <= 1e-36 * tot || off == 0)
+            break;
         for (int64_t p = 0; p < n; ++p)
             for (int64_t q = p + 1; q < n; ++q) {
                 double apq = a[p * n + q];
-                if (apq == 0) continue;
+                if (apq == 0)
+                    continue;
                 double theta = (a[q * n + q] - a[p * n + p]) / (2 * apq);
                 double t = (theta >= 0 ? 1 : -1) / (fabs(theta) + sqrt(theta * theta + 1));
                 double c = 1 / sqrt(t * t + 1), s = t * c;
@@ -35,10 +38,13 @@ void ref_sym_eigen(int64_t n, double *a, double *ev) {
                 }
             }
     }
-    for (int64_t i = 0; i < n; ++i) ev[i] = a[i * n + i];
+    for (int64_t i = 0; i < n; ++i)
+        ev[i] = a[i * n + i];
     for (int64_t i = 1; i < n; ++i) /* insertion sort, ascending */
         for (int64_t j = i; j > 0 && ev[j] < ev[j - 1]; --j) {
-            double t = ev[j]; ev[j] = ev[j - 1]; ev[j - 1] = t;
+            double t = ev[j];
+            ev[j] = ev[j - 1];
+            ev[j - 1] = t;
         }
 }
 
@@ -46,20 +52,24 @@ void ref_singular_values(const attn_view *a, double *s) {
     int64_t m = a->shape[0], n = a->shape[1];
     int wide = m < n;
     int64_t k = wide ? m : n, l = wide ? n : m; /* Gram matrix k x k, summed over l */
-    double *g = calloc((size_t)(k * k + 1), sizeof(double)), *ev = malloc(sizeof(double) * (size_t)(k + 1));
+    double *g = calloc((size_t)(k * k + 1), sizeof(double)),
+           *ev = malloc(sizeof(double) * (size_t)(k + 1));
     for (int64_t i = 0; i < k; ++i)
         for (int64_t j = 0; j < k; ++j)
             for (int64_t r = 0; r < l; ++r) {
-                int64_t x[2] = {wide ? i : r, wide ? r : i}, y[2] = {wide ? j : r, wide ? r : j};
+                int64_t x[2] = {wide ? i : r, wide ? r : i},
+                        y[2] = {wide ? j : r, wide ? r : j};
                 g[i * k + j] += tu_get(a, x) * tu_get(a, y);
             }
     ref_sym_eigen(k, g, ev);
-    for (int64_t i = 0; i < k; ++i) s[i] = sqrt(ev[k - 1 - i] > 0 ? ev[k - 1 - i] : 0);
+    for (int64_t i = 0; i < k; ++i)
+        s[i] = sqrt(ev[k - 1 - i] > 0 ? ev[k - 1 - i] : 0);
     free(g);
     free(ev);
 }
 
 void ref_softmax_jacobian(int64_t n, const double *p, double *j) {
     for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < n; ++c) j[r * n + c] = (r == c ? p[r] : 0) - p[r] * p[c];
+        for (int64_t c = 0; c < n; ++c)
+            j[r * n + c] = (r == c ? p[r] : 0) - p[r] * p[c];
 }

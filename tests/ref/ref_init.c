@@ -18,9 +18,11 @@ void ref_philox(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
         uint64_t b = (uint64_t)UINT32_C(0xCD9E8D57) * c[2];
         uint32_t n[4] = {(uint32_t)(b >> 32) ^ c[1] ^ rk[r][0], (uint32_t)(b & 0xFFFFFFFFu),
                          (uint32_t)(a >> 32) ^ c[3] ^ rk[r][1], (uint32_t)(a & 0xFFFFFFFFu)};
-        for (int k = 0; k < 4; ++k) c[k] = n[k];
+        for (int k = 0; k < 4; ++k)
+            c[k] = n[k];
     }
-    for (int k = 0; k < 4; ++k) out[k] = c[k];
+    for (int k = 0; k < 4; ++k)
+        out[k] = c[k];
 }
 
 uint64_t ref_rng_bits(uint64_t seed, uint64_t stream, uint64_t i) {
@@ -43,7 +45,8 @@ double ref_normal(uint64_t seed, uint64_t stream, uint64_t i) {
     double u1 = ldexp((double)((ref_rng_bits(seed, stream, e) >> 11) + 1), -53);
     double u2 = ldexp((double)(ref_rng_bits(seed, stream, e + 1) >> 11), -53);
     double r = sqrt(-2.0 * log(u1));
-    return i % 2 ? r * sin(2.0 * 3.141592653589793 * u2) : r * cos(2.0 * 3.141592653589793 * u2);
+    return i % 2 ? r * sin(2.0 * 3.141592653589793 * u2)
+                 : r * cos(2.0 * 3.141592653589793 * u2);
 }
 
 void ref_orthogonal(double gain, uint64_t seed, uint64_t stream, int64_t m, int64_t n,
@@ -55,8 +58,10 @@ void ref_orthogonal(double gain, uint64_t seed, uint64_t stream, int64_t m, int6
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
             double g = ref_normal(seed, stream, (uint64_t)(i * n + j));
-            if (tall) a[j * p + i] = g;
-            else a[i * p + j] = g;
+            if (tall)
+                a[j * p + i] = g;
+            else
+                a[i * p + j] = g;
         }
     for (int64_t c = 0; c < q; ++c) {
         double *v = a + c * p;
@@ -64,13 +69,17 @@ void ref_orthogonal(double gain, uint64_t seed, uint64_t stream, int64_t m, int6
             for (int64_t k = 0; k < c; ++k) {
                 const double *u = a + k * p;
                 double d = 0;
-                for (int64_t r = 0; r < p; ++r) d += u[r] * v[r];
-                for (int64_t r = 0; r < p; ++r) v[r] -= d * u[r];
+                for (int64_t r = 0; r < p; ++r)
+                    d += u[r] * v[r];
+                for (int64_t r = 0; r < p; ++r)
+                    v[r] -= d * u[r];
             }
         double nrm = 0;
-        for (int64_t r = 0; r < p; ++r) nrm += v[r] * v[r];
+        for (int64_t r = 0; r < p; ++r)
+            nrm += v[r] * v[r];
         nrm = sqrt(nrm);
-        for (int64_t r = 0; r < p; ++r) v[r] /= nrm;
+        for (int64_t r = 0; r < p; ++r)
+            v[r] /= nrm;
     }
     for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j)
