@@ -66,8 +66,9 @@ ATTN_API uint64_t attn_rng_bits(uint64_t seed, uint64_t stream, uint64_t i);
  * x: any shape, any strides (negative included), F32 or F64.
  * Returns ATTN_EINVAL (x NULL; lo or hi not finite; lo >= hi, or no float
  * in [lo, hi) for F32), ATTN_EDTYPE (U8), ATTN_ESTRIDE (x broadcasts or
- * overlaps itself), ATTN_ERANGE (offset + numel overflows uint64; hi - lo
- * overflows; for F32, lo or hi beyond FLT_MAX). Nothing is written on error.
+ * overlaps itself), ATTN_ERANGE (the indices offset .. offset + numel - 1
+ * wrap around 2^64; hi - lo overflows; for F32, lo or hi beyond FLT_MAX).
+ * Nothing is written on error.
  * Since 0.1.
  */
 ATTN_API attn_status attn_init_uniform(uint64_t seed, uint64_t stream, uint64_t offset,
