@@ -300,17 +300,28 @@ size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_local,
     return c.total;
 }
 
+/* Query rows per attn_sdpa call while a transfer is in flight (see attend_block). */
+#define RING_SLICE_MIN 128 /* attn_sdpa's query tile: slices stay whole tiles */
+#define RING_SLICES 8
+
 /*
  * Attend the local queries to the K/V block in hand (packed at buf, from rank
- * src) and merge into out. Non-causal: one attn_sdpa call. Causal: per query
- * chunk, the visible keys are a prefix of the block (chunks are in global
- * order): earlier chunks fully, its own chunk with the diagonal, which is
- * attn_sdpa's BOTTOM_RIGHT rule on that prefix (key j visible iff
- * j <= i + (nk - nq), nk - nq the start of the diagonal chunk). Returns the
- * first attn_sdpa failure; *computed: whether any call ran.
+ * src) and merge into out. Non-causal: all queries against all keys. Causal:
+ * per query chunk, the visible keys are a prefix of the block (chunks are in
+ * global order): earlier chunks fully, its own chunk with the diagonal, which
+ * is attn_sdpa's BOTTOM_RIGHT rule on that prefix (key j visible iff
+ * j <= i + (nk - nq), nk - nq the start of the diagonal chunk).
+ *
+ * While a transfer is in flight (req != NULL) the queries go in about
+ * RING_SLICES slices with MPI_Testall between them: without an asynchronous
+ * progress thread an MPI moves a large (rendezvous) message only inside MPI
+ * calls, so this is what lets the exchange proceed during the computation.
+ * A diagonal slice of rows [a, a + m) of an nq-row chunk sees the prefix of
+ * nk - (nq - a - m) keys, again BOTTOM_RIGHT.
+ * Returns the first attn_sdpa failure, or ATTN_EMPI; *computed: any call ran.
  */
 static attn_status attend_block(const ring_ctx *c, char *w, int src, const void *buf,
-                                const attn_view *out, bool *computed) {
+                                const attn_view *out, MPI_Request *req, bool *computed) {
     const int64_t *g = (const int64_t *)(w + c->off_gather) + (size_t)src * (size_t)(c->B + 1);
     int64_t Tsrc = g[0], *klen = (int64_t *)(w + c->off_klen);
     seg qs[2], ks[2];
@@ -320,6 +331,7 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, const void 
         qs[0] = (seg){0, c->T, 0};
     attn_view kb, vb;
     block_views(c, (void *)buf, Tsrc, &kb, &vb);
+    double *run = (double *)(w + c->off_run);
     *computed = false;
     for (int a = 0; a < nqs; ++a) {
         int64_t nk = c->causal ? 0 : Tsrc;
@@ -331,25 +343,35 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, const void 
         int64_t q0 = qs[a].lo, nq = qs[a].n;
         if (nq == 0 || nk == 0)
             continue; /* no query, or the whole block lies in these queries' future */
-        attn_view qv, kv, vv, ov, lv;
-        for (int64_t b = 0; b < c->B; ++b)
-            klen[b] = g[1 + b] < nk ? g[1 + b] : nk;
-        ATTN_TRY(attn_view_slice(&c->q, 2, q0, q0 + nq, 1, &qv));
-        ATTN_TRY(attn_view_slice(&kb, 2, 0, nk, 1, &kv));
-        ATTN_TRY(attn_view_slice(&vb, 2, 0, nk, 1, &vv));
-        ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off_op, 4,
-                                (int64_t[]){c->B, c->H, nq, c->Dv}));
-        ATTN_TRY(attn_view_init(&lv, c->dt, w + c->off_lp, 3, (int64_t[]){c->B, c->H, nq}));
-        attn_sdpa_opts so = {.scale = c->scale, .kv_len = klen, .lse = &lv,
-                             .causal = diag ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
-                             .threads = c->o->threads};
-        ATTN_TRY(attn_sdpa(&qv, &kv, &vv, &so, &ov, w + c->off_sdpa, c->sdpa_ws));
-        double *run = (double *)(w + c->off_run);
-        if (c->dt == ATTN_F32)
-            merge_f32(out, run, ov.data, lv.data, q0, nq);
-        else
-            merge_f64(out, run, ov.data, lv.data, q0, nq);
-        *computed = true;
+        int64_t rows = nq;
+        if (req) { /* about RING_SLICES slices of whole query tiles */
+            rows = (nq + RING_SLICES - 1) / RING_SLICES;
+            rows = (rows + RING_SLICE_MIN - 1) / RING_SLICE_MIN * RING_SLICE_MIN;
+        }
+        for (int64_t i0 = 0; i0 < nq; i0 += rows) {
+            int64_t m = nq - i0 < rows ? nq - i0 : rows, nkm = diag ? nk - (nq - i0 - m) : nk;
+            attn_view qv, kv, vv, ov, lv;
+            for (int64_t b = 0; b < c->B; ++b)
+                klen[b] = g[1 + b] < nkm ? g[1 + b] : nkm;
+            ATTN_TRY(attn_view_slice(&c->q, 2, q0 + i0, q0 + i0 + m, 1, &qv));
+            ATTN_TRY(attn_view_slice(&kb, 2, 0, nkm, 1, &kv));
+            ATTN_TRY(attn_view_slice(&vb, 2, 0, nkm, 1, &vv));
+            ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off_op, 4,
+                                    (int64_t[]){c->B, c->H, m, c->Dv}));
+            ATTN_TRY(attn_view_init(&lv, c->dt, w + c->off_lp, 3, (int64_t[]){c->B, c->H, m}));
+            attn_sdpa_opts so = {.scale = c->scale, .kv_len = klen, .lse = &lv,
+                                 .causal = diag ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
+                                 .threads = c->o->threads};
+            ATTN_TRY(attn_sdpa(&qv, &kv, &vv, &so, &ov, w + c->off_sdpa, c->sdpa_ws));
+            if (c->dt == ATTN_F32)
+                merge_f32(out, run, ov.data, lv.data, q0 + i0, m);
+            else
+                merge_f64(out, run, ov.data, lv.data, q0 + i0, m);
+            *computed = true;
+            int done;
+            if (req && MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+                return ATTN_EMPI;
+        }
     }
     return ATTN_OK;
 }
@@ -394,7 +416,12 @@ static attn_status ring_loop(const ring_ctx *c, char *w, const attn_view *out,
         }
         bool computed = false;
         if (s == ATTN_OK)
-            s = attend_block(c, w, src, w + c->off_kv[cur], out, &computed);
+            s = attend_block(c, w, src, w + c->off_kv[cur], out, step + 1 < P ? req : NULL,
+                             &computed);
+        if (s == ATTN_EMPI) {
+            drop_requests(req, 2);
+            return s;
+        }
         st->blocks_computed += computed;
         st->blocks_skipped += !computed;
         double t0 = MPI_Wtime();

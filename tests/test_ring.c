@@ -328,6 +328,18 @@ START_TEST(ring_strided) {
 }
 END_TEST
 
+/* Blocks longer than attn_sdpa's query tile: while a transfer is in flight the ring splits
+   the queries into slices (diagonal slices see shorter key prefixes). */
+START_TEST(ring_long) {
+    static const rcase cs[] = {
+        {"long_causal", 1, 2, 1, 8, 8, 300, 1, CA, CO, 0, 0, LY_CONTIG},
+        {"long_zigzag", 1, 2, 2, 8, 4, 300, 1, CA, ZZ, 2, 0, LY_BTHD},
+        {"long_nc", 1, 2, 2, 4, 8, 260, 0, NC, CO, 1, 0, LY_CONTIG},
+    };
+    RUN(cs);
+}
+END_TEST
+
 /* Causal contiguous blocks: rank r computes blocks 0..r and skips the P - 1 - r in its
    future; zigzag: every block contributes to every rank (the load balance). */
 START_TEST(ring_skip_future) {
@@ -563,6 +575,7 @@ static Suite *ring_suite(void) {
     tcase_add_test(tc, ring_zigzag);
     tcase_add_test(tc, ring_ragged);
     tcase_add_test(tc, ring_strided);
+    tcase_add_test(tc, ring_long);
     tcase_add_test(tc, ring_skip_future);
     tcase_add_test(tc, ring_err_local);
     tcase_add_test(tc, ring_err_across);
