@@ -207,20 +207,28 @@ static inline FILE *wk_open(const char *dir, const char *name) {
     return f;
 }
 
-/* The shortest %.{p}g (p <= 17) that reads back as x, as Python's repr finds it. */
+/*
+ * x as Python's repr() writes a float: the fewest significant digits p that
+ * read back as x, positional for decimal exponents -4..15 (with ".0" when
+ * integral), scientific otherwise; NaN and +-Infinity as Python's json.
+ */
 static inline void wk_fmt(char *buf, size_t n, double x) {
-    if (isnan(x)) {
-        snprintf(buf, n, "NaN");
+    if (isnan(x) || isinf(x)) {
+        snprintf(buf, n, isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity");
         return;
     }
-    if (isinf(x)) {
-        snprintf(buf, n, x > 0 ? "Infinity" : "-Infinity"); /* Python's json spelling */
+    int p = 1;
+    for (; p < 17; ++p) {
+        snprintf(buf, n, "%.*e", p - 1, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    int e = x == 0 ? 0 : atoi(strchr(buf, 'e') + 1);
+    if (e < -4 || e >= 16) {
+        snprintf(buf, n, "%.*e", p - 1, x);
         return;
     }
-    for (int p = 1; p <= 17; ++p) {
-        snprintf(buf, n, "%.*g", p, x);
-        if (strtod(buf, NULL) == x) return;
-    }
+    snprintf(buf, n, "%.*f", p - 1 - e > 0 ? p - 1 - e : 0, x);
+    if (!strchr(buf, '.') && strlen(buf) + 3 <= n) strcat(buf, ".0");
 }
 
 /* ---- JSON, written as it goes (pretty-printed, innermost arrays on one line) ---- */
