@@ -142,8 +142,8 @@ int main(int argc, char **argv) {
             s = attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, work, need);
             double dtm = MPI_Wtime() - t0, w = st.wait_seconds, tmax, wmax;
             if (s) die("attn_ring_sdpa", s);
-            /* this rank's time outside the waits: its attention work (and the merges) */
-            double c[2] = {st.seconds - w, -(st.seconds - w)}, cr[2];
+            /* this rank's attention work (attn_sdpa and merges): the load balance */
+            double c[2] = {st.compute_seconds, -st.compute_seconds}, cr[2];
             MPI_Allreduce(&dtm, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             MPI_Allreduce(&w, &wmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             MPI_Allreduce(c, cr, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

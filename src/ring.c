@@ -415,9 +415,11 @@ static attn_status ring_loop(const ring_ctx *c, char *w, const attn_view *out,
             st->bytes_sent += nsend * (int64_t)c->es;
         }
         bool computed = false;
+        double tc = now();
         if (s == ATTN_OK)
             s = attend_block(c, w, src, w + c->off_kv[cur], out, step + 1 < P ? req : NULL,
                              &computed);
+        st->compute_seconds += now() - tc;
         if (s == ATTN_EMPI) {
             drop_requests(req, 2);
             return s;

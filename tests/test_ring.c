@@ -235,7 +235,8 @@ static void run_case(const rcase *c, attn_dtype dt) {
     if (nranks > 1)
         sent = (n - block_len(c, (rank + 1) % nranks)) * per_tok;
     assert_all(st.blocks_computed + st.blocks_skipped == nranks && st.bytes_sent == sent &&
-                   st.seconds >= st.wait_seconds && st.wait_seconds >= 0,
+                   st.seconds >= st.wait_seconds + st.compute_seconds && st.wait_seconds >= 0 &&
+                   st.compute_seconds >= 0,
                "stats");
     sd_free(&out); sd_free(&lse); sd_free(&nout); sd_free(&nlse);
     problem_free(&p);

@@ -44,6 +44,8 @@ typedef struct attn_ring_stats {
     int64_t bytes_sent;     /* K/V bytes this rank sent around the ring */
     int     blocks_computed;/* K/V blocks this rank attended to (of P) */
     int     blocks_skipped; /* blocks entirely in this rank's future (causal) */
+    double  compute_seconds;/* time in the local attention (attn_sdpa calls and merges):
+                               its spread over the ranks is the load (im)balance */
 } attn_ring_stats;
 
 /** Options for attn_ring_sdpa; all-zero means the defaults. New fields only at the end. */
