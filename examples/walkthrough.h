@@ -69,16 +69,6 @@ static inline double wk_at(const attn_view *v, int64_t k) {
                                 : ((const double *)v->data)[off];
 }
 
-/* Largest |got - want|, with want a row-major array of got's element count. */
-static inline double wk_maxdiff(const attn_view *got, const double *want) {
-    double m = 0;
-    for (int64_t k = 0, n = attn_view_numel(got); k < n; ++k) {
-        double d = fabs(wk_at(got, k) - want[k]);
-        if (!(d <= m)) m = d; /* NaN propagates */
-    }
-    return m;
-}
-
 /* Print a 2-D view (or the last two dims of the first matrix) with printf format fmt. */
 static inline void wk_print(const char *title, const attn_view *v, const char *fmt) {
     if (title) printf("%s\n", title);
