@@ -34,10 +34,12 @@ static void print_matrix(const double *m, int rows, int cols, const char *const 
                          const char *const *cl, int fw, int prec) {
     int width = fw;
     for (int c = 0; c < cols; ++c)
-        if ((int)strlen(cl[c]) > width) width = (int)strlen(cl[c]);
+        if ((int)strlen(cl[c]) > width)
+            width = (int)strlen(cl[c]);
     width += 1;
     printf("        ");
-    for (int c = 0; c < cols; ++c) printf("%*s", width, cl[c]);
+    for (int c = 0; c < cols; ++c)
+        printf("%*s", width, cl[c]);
     printf("\n");
     for (int r = 0; r < rows; ++r) {
         printf("  %-6s", rl[r]);
@@ -52,7 +54,8 @@ static void print_matrix(const double *m, int rows, int cols, const char *const 
 
 static double maxdiff(const double *a, const double *b, int n) {
     double m = 0;
-    for (int i = 0; i < n; ++i) m = fmax(m, fabs(a[i] - b[i]));
+    for (int i = 0; i < n; ++i)
+        m = fmax(m, fabs(a[i] - b[i]));
     return m;
 }
 
@@ -62,14 +65,15 @@ static double maxdiff(const double *a, const double *b, int n) {
  * X (n, d), W_* (d, dk), out (n, dk), A (n, n).
  */
 static void self_attention(int n, int d, int dk, const double *X, const double *WQ,
-                           const double *WK, const double *WV, attn_causal causal,
-                           double *out, double *A) {
+                           const double *WK, const double *WV, attn_causal causal, double *out,
+                           double *A) {
     double Q[16 * 16], K[16 * 16], V[16 * 16];
     attn_view x = WK_VIEW(ATTN_F64, (void *)X, n, d);
     const double *w[3] = {WQ, WK, WV};
     double *p[3] = {Q, K, V};
     for (int i = 0; i < 3; ++i) {
-        attn_view wv = WK_VIEW(ATTN_F64, (void *)w[i], d, dk), pv = WK_VIEW(ATTN_F64, p[i], n, dk);
+        attn_view wv = WK_VIEW(ATTN_F64, (void *)w[i], d, dk),
+                  pv = WK_VIEW(ATTN_F64, p[i], n, dk);
         CHECK(attn_linear(&x, &wv, NULL, &pv, NULL, 0));
     }
     attn_view q = WK_VIEW(ATTN_F64, Q, 1, 1, n, dk), k = WK_VIEW(ATTN_F64, K, 1, 1, n, dk);
@@ -84,7 +88,8 @@ static void self_attention(int n, int d, int dk, const double *X, const double *
 static void demo_lookup(const wk_fixture *fx) {
     header("Demo 1: attention = a \"soft\" dictionary look-up");
     printf("\n  A dictionary look-up is hard: the query must equal a key. Attention is soft:\n"
-           "  the query is compared with every key and the values are averaged by softmax(keys q).\n");
+           "  the query is compared with every key and the values are averaged by softmax(keys "
+           "q).\n");
     double keys[6] = {1.0, 0.0, 0.0, 1.0, 0.7, 0.7}, values[3] = {10.0, 20.0, 30.0};
     double queries[3][2] = {{10.0, 0.0}, {1.0, 0.0}, {0.5, 0.5}};
     const double *want_w = wk_get(fx, "d1_weights", 9), *want_o = wk_get(fx, "d1_outputs", 3);
@@ -95,15 +100,18 @@ static void demo_lookup(const wk_fixture *fx) {
         attn_view q = WK_VIEW(ATTN_F64, queries[i], 1, 1, 1, 2);
         attn_view k = WK_VIEW(ATTN_F64, keys, 1, 1, 3, 2);
         attn_view v = WK_VIEW(ATTN_F64, values, 1, 1, 3, 1);
-        attn_view o = WK_VIEW(ATTN_F64, &out, 1, 1, 1, 1), wv = WK_VIEW(ATTN_F64, w, 1, 1, 1, 3);
+        attn_view o = WK_VIEW(ATTN_F64, &out, 1, 1, 1, 1),
+                  wv = WK_VIEW(ATTN_F64, w, 1, 1, 1, 3);
         attn_sdpa_opts opts = {.scale = 1.0, .weights = &wv};
         CHECK(attn_sdpa(&q, &k, &v, &opts, &o, NULL, 0));
-        printf("\n    query [%g, %g]: weights [%.3f, %.3f, %.3f], output = %.2f\n", queries[i][0],
-               queries[i][1], w[0], w[1], w[2], out);
+        printf("\n    query [%g, %g]: weights [%.3f, %.3f, %.3f], output = %.2f\n",
+               queries[i][0], queries[i][1], w[0], w[1], w[2], out);
         worst = fmax(worst, fmax(maxdiff(w, want_w + 3 * i, 3), fabs(out - want_o[i])));
     }
-    printf("\n  Query (10, 0) points along key 1 and is long: ~95%% of the weight goes to value 1.\n"
-           "  (1, 0) has the same direction but is short: the weights spread out. The size of the\n"
+    printf("\n  Query (10, 0) points along key 1 and is long: ~95%% of the weight goes to "
+           "value 1.\n"
+           "  (1, 0) has the same direction but is short: the weights spread out. The size of "
+           "the\n"
            "  scores sets how sharp the softmax is; demo 3 shows why that matters.\n\n");
     wk_check(worst <= TOL, "weights and outputs equal the seed's (max diff %.1e)", worst);
 }
@@ -124,7 +132,8 @@ static void demo_step_by_step(const wk_fixture *fx) {
     /* the matrix form, one attn call per step */
     double Q[n * dk], K[n * dk], V[n * dk], S[n * n], A[n * n], out[n * dk];
     attn_view x = WK_VIEW(ATTN_F64, (void *)X, n, d);
-    attn_view wq = WK_VIEW(ATTN_F64, (void *)WQ, d, dk), wk = WK_VIEW(ATTN_F64, (void *)WK, d, dk);
+    attn_view wq = WK_VIEW(ATTN_F64, (void *)WQ, d, dk),
+              wk = WK_VIEW(ATTN_F64, (void *)WK, d, dk);
     attn_view wv = WK_VIEW(ATTN_F64, (void *)WV, d, dk);
     attn_view q = WK_VIEW(ATTN_F64, Q, n, dk), k = WK_VIEW(ATTN_F64, K, n, dk);
     attn_view v = WK_VIEW(ATTN_F64, V, n, dk), s = WK_VIEW(ATTN_F64, S, n, n);
@@ -134,14 +143,17 @@ static void demo_step_by_step(const wk_fixture *fx) {
     CHECK(attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &x, &wv, 0.0, &v, NULL, 0));
     printf("\n  Step 1: Q = X W_Q (each word's query)\n");
     print_matrix(Q, n, dk, words, qc, 6, 2);
-    CHECK(attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 1.0 / sqrt((double)dk), &q, &k, 0.0, &s, NULL, 0));
-    printf("\n  Step 2: scores S = Q K^T / sqrt(3) (row i, column j: word i's score for word j)\n");
+    CHECK(
+        attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 1.0 / sqrt((double)dk), &q, &k, 0.0, &s, NULL, 0));
+    printf("\n  Step 2: scores S = Q K^T / sqrt(3) (row i, column j: word i's score for word "
+           "j)\n");
     print_matrix(S, n, n, words, words, 6, 2);
     CHECK(attn_softmax(&s, &a));
     printf("\n  Step 3: softmax of each row gives the attention weights A (rows sum to 1)\n");
     print_matrix(A, n, n, words, words, 6, 2);
     CHECK(attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &a, &v, 0.0, &o, NULL, 0));
-    printf("\n  Step 4: output = A V (each word's output is a weighted mean of all value vectors)\n");
+    printf("\n  Step 4: output = A V (each word's output is a weighted mean of all value "
+           "vectors)\n");
     print_matrix(out, n, dk, words, oc, 6, 2);
 
     /* the loop form, as the seed's self_attention_loop: one word at a time, plain C */
@@ -149,22 +161,27 @@ static void demo_step_by_step(const wk_fixture *fx) {
     for (int i = 0; i < n; ++i) {
         double qi[dk] = {0}, sc[n], mx = -INFINITY, sum = 0;
         for (int c = 0; c < dk; ++c)
-            for (int j = 0; j < d; ++j) qi[c] += X[i * d + j] * WQ[j * dk + c];
+            for (int j = 0; j < d; ++j)
+                qi[c] += X[i * d + j] * WQ[j * dk + c];
         for (int t = 0; t < n; ++t) {
             double kt[dk] = {0};
             for (int c = 0; c < dk; ++c)
-                for (int j = 0; j < d; ++j) kt[c] += X[t * d + j] * WK[j * dk + c];
+                for (int j = 0; j < d; ++j)
+                    kt[c] += X[t * d + j] * WK[j * dk + c];
             sc[t] = 0;
-            for (int c = 0; c < dk; ++c) sc[t] += qi[c] * kt[c];
+            for (int c = 0; c < dk; ++c)
+                sc[t] += qi[c] * kt[c];
             sc[t] /= sqrt((double)dk);
             mx = fmax(mx, sc[t]);
         }
-        for (int t = 0; t < n; ++t) sum += (A_loop[i * n + t] = exp(sc[t] - mx));
+        for (int t = 0; t < n; ++t)
+            sum += (A_loop[i * n + t] = exp(sc[t] - mx));
         for (int t = 0; t < n; ++t) {
             A_loop[i * n + t] /= sum;
             for (int c = 0; c < dk; ++c) {
                 double vt = 0;
-                for (int j = 0; j < d; ++j) vt += X[t * d + j] * WV[j * dk + c];
+                for (int j = 0; j < d; ++j)
+                    vt += X[t * d + j] * WV[j * dk + c];
                 out_loop[i * dk + c] += A_loop[i * n + t] * vt;
             }
         }
@@ -179,7 +196,8 @@ static void demo_step_by_step(const wk_fixture *fx) {
     wk_check(dl <= TOL, "loop form == matrix form (max diff %.1e)", dl);
     wk_check(ds <= TOL, "attn_sdpa (one call) == the four steps (max diff %.1e)", ds);
     double rs = 0;
-    for (int i = 0; i < n; ++i) rs = fmax(rs, fabs(A[i * n] + A[i * n + 1] + A[i * n + 2] + A[i * n + 3] - 1));
+    for (int i = 0; i < n; ++i)
+        rs = fmax(rs, fabs(A[i * n] + A[i * n + 1] + A[i * n + 2] + A[i * n + 3] - 1));
     wk_check(rs <= TOL, "every row of A sums to 1 (max |sum - 1| %.1e)", rs);
     double dq = maxdiff(Q, wk_get(fx, "d2_Q", n * dk), n * dk);
     double dS = maxdiff(S, wk_get(fx, "d2_S", n * n), n * n);
@@ -197,21 +215,26 @@ enum { TRIALS = 2000, NKEYS = 10, CHUNK = 250 };
 /* Mean and standard error of the mean of n values. */
 static void mean_se(const double *x, int n, double *mean, double *se) {
     double m = 0, v = 0;
-    for (int i = 0; i < n; ++i) m += x[i];
+    for (int i = 0; i < n; ++i)
+        m += x[i];
     m /= n;
-    for (int i = 0; i < n; ++i) v += (x[i] - m) * (x[i] - m);
+    for (int i = 0; i < n; ++i)
+        v += (x[i] - m) * (x[i] - m);
     *mean = m;
     *se = sqrt(v / (n - 1) / n);
 }
 
 static void demo_scaling(const wk_fixture *fx) {
     header("Demo 3: why divide by sqrt(d_k)?");
-    printf("\n  If q and k have independent N(0, 1) entries, q.k is a sum of d_k products: its\n"
-           "  variance is d_k. The larger d_k, the larger the scores and the sharper the softmax.\n"
-           "  For each d_k, 2000 trials: 1 query, 10 keys, all standard normal.\n"
-           "  The vectors come from attn's Philox4x32-10 generator (seed 0, one stream per tensor\n"
-           "  and d_k), not from NumPy's default_rng(0): the numbers differ from the seed's, the\n"
-           "  statistics agree (compared below with the seed's own table).\n");
+    printf(
+        "\n  If q and k have independent N(0, 1) entries, q.k is a sum of d_k products: its\n"
+        "  variance is d_k. The larger d_k, the larger the scores and the sharper the "
+        "softmax.\n"
+        "  For each d_k, 2000 trials: 1 query, 10 keys, all standard normal.\n"
+        "  The vectors come from attn's Philox4x32-10 generator (seed 0, one stream per "
+        "tensor\n"
+        "  and d_k), not from NumPy's default_rng(0): the numbers differ from the seed's, the\n"
+        "  statistics agree (compared below with the seed's own table).\n");
     static const int dks[5] = {4, 16, 64, 256, 1024};
     const double *seed_stats = wk_get(fx, "d3_stats", 5 * 6);
     double stats[5][6], se[5][6], spec[5][2], ent[5][2];
@@ -236,11 +259,13 @@ static void demo_scaling(const wk_fixture *fx) {
             CHECK(attn_init_normal(0, 2 * (uint64_t)dk, (uint64_t)t0 * dk, 0.0, 1.0, &qv));
             CHECK(attn_init_normal(0, 2 * (uint64_t)dk + 1, (uint64_t)t0 * NKEYS * dk, 0.0, 1.0,
                                    &kv));
-            /* z = K q for every trial at once: a batched GEMM (CHUNK, 10, dk) x (CHUNK, dk, 1) */
+            /* z = K q for every trial at once: a batched GEMM (CHUNK, 10, dk) x (CHUNK, dk, 1)
+             */
             attn_view zv = WK_VIEW(ATTN_F64, z, CHUNK, NKEYS, 1);
             CHECK(attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &kv, &qv, 0.0, &zv, NULL, 0));
             /* unscaled weights: softmax(z) */
-            attn_view z2 = WK_VIEW(ATTN_F64, z, CHUNK, NKEYS), prv = WK_VIEW(ATTN_F64, pr, CHUNK, NKEYS);
+            attn_view z2 = WK_VIEW(ATTN_F64, z, CHUNK, NKEYS),
+                      prv = WK_VIEW(ATTN_F64, pr, CHUNK, NKEYS);
             CHECK(attn_softmax(&z2, &prv));
             /* scaled weights: attn_sdpa's default scale 1/sqrt(d_k), its weights output; the
                values do not matter here (one zero, broadcast) */
@@ -248,7 +273,8 @@ static void demo_scaling(const wk_fixture *fx) {
             attn_view k4 = WK_VIEW(ATTN_F64, kbuf, CHUNK, 1, NKEYS, dk);
             attn_view v4, o4 = WK_VIEW(ATTN_F64, outbuf, CHUNK, 1, 1, 1);
             CHECK(attn_view_init_strided(&v4, ATTN_F64, &zero, 4,
-                                         (int64_t[]){CHUNK, 1, NKEYS, 1}, (int64_t[]){0, 0, 0, 0}));
+                                         (int64_t[]){CHUNK, 1, NKEYS, 1},
+                                         (int64_t[]){0, 0, 0, 0}));
             attn_view psv = WK_VIEW(ATTN_F64, ps, CHUNK, 1, 1, NKEYS);
             attn_sdpa_opts scaled = {.weights = &psv};
             CHECK(attn_sdpa(&q4, &k4, &v4, &scaled, &o4, NULL, 0));
@@ -259,9 +285,12 @@ static void demo_scaling(const wk_fixture *fx) {
             sdpa_vs_softmax = fmax(sdpa_vs_softmax, maxdiff(p1, pr, CHUNK * NKEYS));
             /* diagnostics per row: Jacobian norms (Frobenius, spectral) and entropy */
             attn_view psv2 = WK_VIEW(ATTN_F64, ps, CHUNK, NKEYS);
-            attn_view gv = WK_VIEW(ATTN_F64, gr + t0, CHUNK), gsv = WK_VIEW(ATTN_F64, gs + t0, CHUNK);
-            attn_view srv = WK_VIEW(ATTN_F64, sr + t0, CHUNK), ssv = WK_VIEW(ATTN_F64, ss + t0, CHUNK);
-            attn_view erv = WK_VIEW(ATTN_F64, er + t0, CHUNK), esv = WK_VIEW(ATTN_F64, es + t0, CHUNK);
+            attn_view gv = WK_VIEW(ATTN_F64, gr + t0, CHUNK),
+                      gsv = WK_VIEW(ATTN_F64, gs + t0, CHUNK);
+            attn_view srv = WK_VIEW(ATTN_F64, sr + t0, CHUNK),
+                      ssv = WK_VIEW(ATTN_F64, ss + t0, CHUNK);
+            attn_view erv = WK_VIEW(ATTN_F64, er + t0, CHUNK),
+                      esv = WK_VIEW(ATTN_F64, es + t0, CHUNK);
             CHECK(attn_diag_softmax_jacobian_fro(&prv, &gv));
             CHECK(attn_diag_softmax_jacobian_fro(&psv2, &gsv));
             CHECK(attn_diag_softmax_jacobian_spectral(&prv, &srv, NULL, 0, NULL));
@@ -282,12 +311,14 @@ static void demo_scaling(const wk_fixture *fx) {
         /* np.std is the population standard deviation (ddof 0) */
         double m, s2 = 0, dummy;
         mean_se(dots, TRIALS, &m, &dummy);
-        for (int t = 0; t < TRIALS; ++t) s2 += (dots[t] - m) * (dots[t] - m);
+        for (int t = 0; t < TRIALS; ++t)
+            s2 += (dots[t] - m) * (dots[t] - m);
         stats[di][0] = dk;
         stats[di][1] = sqrt(s2 / TRIALS);
         se[di][1] = stats[di][1] / sqrt(2.0 * TRIALS); /* se of a normal sample's std */
         const double *cols[4] = {mr, gr, ms, gs};
-        for (int c = 0; c < 4; ++c) mean_se(cols[c], TRIALS, &stats[di][2 + c], &se[di][2 + c]);
+        for (int c = 0; c < 4; ++c)
+            mean_se(cols[c], TRIALS, &stats[di][2 + c], &se[di][2 + c]);
         mean_se(sr, TRIALS, &spec[di][0], &dummy);
         mean_se(ss, TRIALS, &spec[di][1], &dummy);
         mean_se(er, TRIALS, &ent[di][0], &dummy);
@@ -296,7 +327,8 @@ static void demo_scaling(const wk_fixture *fx) {
     free(qbuf);
     free(kbuf);
 
-    const char *hdr = "       d_k  std(q.k) | unscaled: max weight  ||J||_F | scaled: max weight  ||J||_F\n";
+    const char *hdr =
+        "       d_k  std(q.k) | unscaled: max weight  ||J||_F | scaled: max weight  ||J||_F\n";
     printf("\n  attn (Philox):\n%s", hdr);
     for (int di = 0; di < 5; ++di)
         printf("    %6d %9.1f | %20.3f %8.4f | %18.3f %8.4f\n", dks[di], stats[di][1],
@@ -304,22 +336,27 @@ static void demo_scaling(const wk_fixture *fx) {
     printf("\n  the seed (NumPy default_rng(0)), as it prints them:\n%s", hdr);
     for (int di = 0; di < 5; ++di) {
         const double *r = seed_stats + 6 * di;
-        printf("    %6d %9.1f | %20.3f %8.4f | %18.3f %8.4f\n", (int)r[0], r[1], r[2], r[3], r[4],
-               r[5]);
+        printf("    %6d %9.1f | %20.3f %8.4f | %18.3f %8.4f\n", (int)r[0], r[1], r[2], r[3],
+               r[4], r[5]);
     }
     printf("\n  attn's other diagnostics of the same rows (means): the spectral norm of the\n"
-           "  softmax Jacobian diag(p) - p p^T (LAPACK dsyevd) and the entropy in nats (log 10 = %.3f):\n",
+           "  softmax Jacobian diag(p) - p p^T (LAPACK dsyevd) and the entropy in nats (log 10 "
+           "= %.3f):\n",
            log(10.0));
     printf("       d_k | unscaled: ||J||_2  entropy | scaled: ||J||_2  entropy\n");
     for (int di = 0; di < 5; ++di)
         printf("    %6d | %16.4f %8.3f | %14.4f %8.3f\n", dks[di], spec[di][0], ent[di][0],
                spec[di][1], ent[di][1]);
-    printf("\n  The score spread grows as sqrt(d_k); unscaled, the largest weight tends to 1 (softmax\n"
-           "  becomes argmax) and the Jacobian norm to 0: little gradient reaches Q and K. Divided by\n"
-           "  sqrt(d_k), the scores have variance 1 again and the sharpness stays the same for every d_k.\n\n");
+    printf("\n  The score spread grows as sqrt(d_k); unscaled, the largest weight tends to 1 "
+           "(softmax\n"
+           "  becomes argmax) and the Jacobian norm to 0: little gradient reaches Q and K. "
+           "Divided by\n"
+           "  sqrt(d_k), the scores have variance 1 again and the sharpness stays the same for "
+           "every d_k.\n\n");
 
     wk_check(sdpa_vs_softmax <= TOL,
-             "attn_sdpa(scale 1) weights == attn_softmax(K q) (max diff %.1e)", sdpa_vs_softmax);
+             "attn_sdpa(scale 1) weights == attn_softmax(K q) (max diff %.1e)",
+             sdpa_vs_softmax);
     double worst_sd = 0, worst_z = 0;
     for (int di = 0; di < 5; ++di) {
         worst_sd = fmax(worst_sd, fabs(stats[di][1] / sqrt((double)dks[di]) - 1));
@@ -329,8 +366,10 @@ static void demo_scaling(const wk_fixture *fx) {
         }
     }
     wk_check(worst_sd < 0.05, "std(q.k) = sqrt(d_k) within 5%% (worst %.1f%%)", 100 * worst_sd);
-    wk_check(worst_z < 5, "every statistic agrees with the seed's within 5 standard errors "
-             "(worst %.2f)", worst_z);
+    wk_check(worst_z < 5,
+             "every statistic agrees with the seed's within 5 standard errors "
+             "(worst %.2f)",
+             worst_z);
     bool mono = true;
     for (int di = 1; di < 5; ++di)
         mono = mono && stats[di][2] > stats[di - 1][2] && stats[di][3] < stats[di - 1][3];
@@ -339,8 +378,10 @@ static void demo_scaling(const wk_fixture *fx) {
              stats[4][2], stats[4][3]);
     double lo_m = 1, hi_m = 0, lo_g = 1, hi_g = 0;
     for (int di = 0; di < 5; ++di) {
-        lo_m = fmin(lo_m, stats[di][4]); hi_m = fmax(hi_m, stats[di][4]);
-        lo_g = fmin(lo_g, stats[di][5]); hi_g = fmax(hi_g, stats[di][5]);
+        lo_m = fmin(lo_m, stats[di][4]);
+        hi_m = fmax(hi_m, stats[di][4]);
+        lo_g = fmin(lo_g, stats[di][5]);
+        hi_g = fmax(hi_g, stats[di][5]);
     }
     wk_check(hi_m - lo_m < 0.05 && hi_g - lo_g < 0.05,
              "scaled: max weight %.3f..%.3f and ||J||_F %.4f..%.4f stay put", lo_m, hi_m, lo_g,
@@ -369,15 +410,19 @@ static void demo_permutation(const wk_fixture *fx) {
         int i2 = order2[w]; /* position of word w in sentence 2 */
         double dd = maxdiff(o1 + 4 * w, o2 + 4 * i2, 4);
         worst = fmax(worst, dd);
-        printf("    is \"%s\"'s output the same in both sentences? %s (max diff %.1e)\n", words[w],
-               dd <= TOL ? "True" : "False", dd);
+        printf("    is \"%s\"'s output the same in both sentences? %s (max diff %.1e)\n",
+               words[w], dd <= TOL ? "True" : "False", dd);
     }
-    printf("\n  Shuffling the words only shuffles the outputs: to self-attention a sentence is a set.\n"
-           "  Scores q_i.k_j depend on the two vectors, not on where they stand. The fix: add a\n"
-           "  different vector to each position (here the seed's P[p] = sin(t (p + 1)), t = 0..3).\n");
+    printf(
+        "\n  Shuffling the words only shuffles the outputs: to self-attention a sentence is a "
+        "set.\n"
+        "  Scores q_i.k_j depend on the two vectors, not on where they stand. The fix: add a\n"
+        "  different vector to each position (here the seed's P[p] = sin(t (p + 1)), t = "
+        "0..3).\n");
     double P[12], X1p[12], X2p[12], o1p[12], o2p[12];
     for (int p = 0; p < 3; ++p)
-        for (int t = 0; t < 4; ++t) P[p * 4 + t] = sin((double)t * (p + 1));
+        for (int t = 0; t < 4; ++t)
+            P[p * 4 + t] = sin((double)t * (p + 1));
     attn_view x1 = WK_VIEW(ATTN_F64, X1, 3, 4), x2 = WK_VIEW(ATTN_F64, X2, 3, 4);
     attn_view pv = WK_VIEW(ATTN_F64, P, 3, 4);
     attn_view x1p = WK_VIEW(ATTN_F64, X1p, 3, 4), x2p = WK_VIEW(ATTN_F64, X2p, 3, 4);
@@ -386,12 +431,14 @@ static void demo_permutation(const wk_fixture *fx) {
     self_attention(3, 4, 4, X1p, WQ, WK, WV, ATTN_CAUSAL_NONE, o1p, A);
     self_attention(3, 4, 4, X2p, WQ, WK, WV, ATTN_CAUSAL_NONE, o2p, A);
     double dpos = maxdiff(o1p, o2p + 8, 4);
-    printf("  with position vectors added, is \"dog\"'s output still the same? %s (max diff %.3f)\n\n",
+    printf("  with position vectors added, is \"dog\"'s output still the same? %s (max diff "
+           "%.3f)\n\n",
            dpos <= TOL ? "True" : "False", dpos);
     wk_check(worst <= TOL, "without positions each word's output is the same (max diff %.1e)",
              worst);
     wk_check(dpos > 1e-3, "with positions \"dog\"'s output changes (by %.3f)", dpos);
-    double d = fmax(fmax(maxdiff(o1, wk_get(fx, "d4_o1", 12), 12), maxdiff(o2, wk_get(fx, "d4_o2", 12), 12)),
+    double d = fmax(fmax(maxdiff(o1, wk_get(fx, "d4_o1", 12), 12),
+                         maxdiff(o2, wk_get(fx, "d4_o2", 12), 12)),
                     fmax(maxdiff(o1p, wk_get(fx, "d4_o1p", 12), 12),
                          maxdiff(o2p, wk_get(fx, "d4_o2p", 12), 12)));
     d = fmax(d, maxdiff(P, wk_get(fx, "d4_P", 12), 12));
@@ -409,7 +456,8 @@ static void demo_causal(const wk_fixture *fx) {
     /* ATTN_CAUSAL_TOP_LEFT: query i sees keys j <= i, the seed's np.tril(ones) */
     self_attention(4, 4, 3, X, WQ, WK, WV, ATTN_CAUSAL_TOP_LEFT, out, A);
     for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) mask[i * 4 + j] = j <= i;
+        for (int j = 0; j < 4; ++j)
+            mask[i * 4 + j] = j <= i;
     printf("\n  The mask (1 = may look, 0 = may not):\n");
     print_matrix(mask, 4, 4, words, words, 4, 0);
     printf("\n  Attention weights with the mask (the upper right is all 0):\n");
@@ -421,17 +469,22 @@ static void demo_causal(const wk_fixture *fx) {
     bool same = memcmp(out, out2, 9 * sizeof(double)) == 0;
     printf("\n  Replace the last word: did the outputs of the first 3 positions change? %s\n",
            same ? "False" : "True");
-    printf("\n  Word i attends to words 1..i only. A language model predicts word i+1 from position\n"
-           "  i's output; seeing word i+1 would be reading the answer. With the mask the whole\n"
-           "  sentence is computed in parallel, each position exactly as if the model had only seen\n"
-           "  the first i words: this is why Transformers train fast.\n\n");
+    printf(
+        "\n  Word i attends to words 1..i only. A language model predicts word i+1 from "
+        "position\n"
+        "  i's output; seeing word i+1 would be reading the answer. With the mask the whole\n"
+        "  sentence is computed in parallel, each position exactly as if the model had only "
+        "seen\n"
+        "  the first i words: this is why Transformers train fast.\n\n");
     double upper = 0;
     for (int i = 0; i < 4; ++i)
-        for (int j = i + 1; j < 4; ++j) upper = fmax(upper, fabs(A[i * 4 + j]));
+        for (int j = i + 1; j < 4; ++j)
+            upper = fmax(upper, fabs(A[i * 4 + j]));
     wk_check(upper == 0, "weights above the diagonal are exactly 0");
     wk_check(same, "editing the last word leaves the first 3 outputs bit-identical");
     wk_check(maxdiff(out2 + 9, out + 9, 3) > 1e-6, "and changes the last output");
-    double d = fmax(fmax(maxdiff(A, wk_get(fx, "d5_A", 16), 16), maxdiff(out, wk_get(fx, "d5_out", 12), 12)),
+    double d = fmax(fmax(maxdiff(A, wk_get(fx, "d5_A", 16), 16),
+                         maxdiff(out, wk_get(fx, "d5_out", 12), 12)),
                     maxdiff(out2, wk_get(fx, "d5_out_changed", 12), 12));
     wk_check(d <= TOL, "weights and both outputs equal the seed's (max diff %.1e)", d);
 }
@@ -440,12 +493,14 @@ static void demo_causal(const wk_fixture *fx) {
 
 static void demo_flops(const wk_fixture *fx) {
     header("Demo 6: compute: when does the O(n^2) attention matrix become the bottleneck?");
-    printf("\n  One Transformer layer (d = d_model, FFN hidden 4d) on n tokens, in multiply-adds\n"
-           "  (1 multiply-add = 2 floating-point operations):\n"
-           "    Q, K, V and output projections: 4 d x d matrix products -> 4 n d^2\n"
-           "    feed-forward d -> 4d -> d                              -> 8 n d^2\n"
-           "    scores Q K^T and the weighted sum A V                  -> 2 n^2 d\n"
-           "  The ratio 2 n^2 d / 12 n d^2 = n / (6d): past n = 6d the attention matrix dominates.\n");
+    printf(
+        "\n  One Transformer layer (d = d_model, FFN hidden 4d) on n tokens, in multiply-adds\n"
+        "  (1 multiply-add = 2 floating-point operations):\n"
+        "    Q, K, V and output projections: 4 d x d matrix products -> 4 n d^2\n"
+        "    feed-forward d -> 4d -> d                              -> 8 n d^2\n"
+        "    scores Q K^T and the weighted sum A V                  -> 2 n^2 d\n"
+        "  The ratio 2 n^2 d / 12 n d^2 = n / (6d): past n = 6d the attention matrix "
+        "dominates.\n");
     const int64_t d = 768;
     static const int64_t ns[6] = {128, 512, 1024, 4096, 16384, 65536};
     const double *want = wk_get(fx, "d6_flops", 24);
@@ -463,9 +518,11 @@ static void demo_flops(const wk_fixture *fx) {
         same = same && want[4 * i] == (double)n && want[4 * i + 1] == lin &&
                want[4 * i + 2] == att && want[4 * i + 3] == share;
     }
-    printf("\n  At n = 1024 (GPT-2's context) the attention matrix is about 18%% of the work; at\n"
-           "  n = 65536 over 90%%. The n x n matrix must also be stored (per head, per layer): memory\n"
-           "  grows as n^2 too (attn_sdpa's tiled algorithm never stores it).\n\n");
+    printf(
+        "\n  At n = 1024 (GPT-2's context) the attention matrix is about 18%% of the work; at\n"
+        "  n = 65536 over 90%%. The n x n matrix must also be stored (per head, per layer): "
+        "memory\n"
+        "  grows as n^2 too (attn_sdpa's tiled algorithm never stores it).\n\n");
     wk_check(same, "the table's numbers are bit-identical to the seed's");
 }
 
@@ -476,7 +533,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     wk_fixture *fx = wk_load(path);
-    if (!fx) return 2;
+    if (!fx)
+        return 2;
     printf("Lecture 7: self-attention step by step, with attn %s\n", attn_version_string());
     demo_lookup(fx);
     demo_step_by_step(fx);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Helpers shared by the seed walkthroughs: fixture reader, check tally, views, JSON/NPY/CSV output. */
+/* Helpers shared by the seed walkthroughs: fixture reader, check tally, views, JSON/NPY/CSV
+ * output. */
 #ifndef ATTN_EXAMPLES_WALKTHROUGH_H
 #define ATTN_EXAMPLES_WALKTHROUGH_H
 
@@ -14,14 +15,13 @@
 #include <sys/stat.h>
 
 /* An attn call that must succeed: report and exit 2 otherwise. */
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        attn_status s_ = (call);                                                     \
-        if (s_ != ATTN_OK) {                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,            \
-                    attn_strerror(s_));                                              \
-            exit(2);                                                                 \
-        }                                                                            \
+#define CHECK(call)                                                                            \
+    do {                                                                                       \
+        attn_status s_ = (call);                                                               \
+        if (s_ != ATTN_OK) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, attn_strerror(s_));  \
+            exit(2);                                                                           \
+        }                                                                                      \
     } while (0)
 
 /* ---- checks: every one is printed; main() returns wk_result() --------------- */
@@ -55,8 +55,9 @@ static inline attn_view wk_view(attn_dtype dt, void *data, int ndim, const int64
     CHECK(attn_view_init(&v, dt, data, ndim, shape));
     return v;
 }
-#define WK_VIEW(dt, data, ...) \
-    wk_view(dt, data, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+#define WK_VIEW(dt, data, ...)                                                                 \
+    wk_view(dt, data, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),               \
+            (int64_t[]){__VA_ARGS__})
 
 /* Element k (row-major logical index) of any F32/F64 view, whatever its strides. */
 static inline double wk_at(const attn_view *v, int64_t k) {
@@ -71,11 +72,13 @@ static inline double wk_at(const attn_view *v, int64_t k) {
 
 /* Print a 2-D view (or the last two dims of the first matrix) with printf format fmt. */
 static inline void wk_print(const char *title, const attn_view *v, const char *fmt) {
-    if (title) printf("%s\n", title);
+    if (title)
+        printf("%s\n", title);
     int64_t cols = v->shape[v->ndim - 1], rows = attn_view_numel(v) / (cols ? cols : 1);
     for (int64_t r = 0; r < rows; ++r) {
         printf("   ");
-        for (int64_t c = 0; c < cols; ++c) printf(fmt, wk_at(v, r * cols + c));
+        for (int64_t c = 0; c < cols; ++c)
+            printf(fmt, wk_at(v, r * cols + c));
         printf("\n");
     }
 }
@@ -89,14 +92,14 @@ static inline void wk_print(const char *title, const attn_view *v, const char *f
  */
 
 typedef struct wk_tensor {
-    char    name[64];
-    int     ndim;
+    char name[64];
+    int ndim;
     int64_t shape[4], n;
     double *data;
 } wk_tensor;
 
 typedef struct wk_fixture {
-    int       n;
+    int n;
     wk_tensor t[64];
 } wk_fixture;
 
@@ -113,7 +116,8 @@ static inline wk_fixture *wk_load(const char *path) {
     while (ok && fscanf(f, "%63s", word) == 1) {
         if (word[0] == '#') {
             int c;
-            while ((c = fgetc(f)) != '\n' && c != EOF) {}
+            while ((c = fgetc(f)) != '\n' && c != EOF) {
+            }
         } else if (!strcmp(word, "meta")) {
             long long val;
             ok = fscanf(f, "%63s %lld", word, &val) == 2;
@@ -129,7 +133,8 @@ static inline wk_fixture *wk_load(const char *path) {
             }
             t->data = ok ? malloc(sizeof(double) * (size_t)(t->n ? t->n : 1)) : NULL;
             ok = ok && t->data;
-            for (int64_t i = 0; ok && i < t->n; ++i) ok = fscanf(f, "%lf", &t->data[i]) == 1;
+            for (int64_t i = 0; ok && i < t->n; ++i)
+                ok = fscanf(f, "%lf", &t->data[i]) == 1;
         } else {
             ok = false;
         }
@@ -138,7 +143,8 @@ static inline wk_fixture *wk_load(const char *path) {
     if (!ok) {
         fprintf(stderr, "%s: not a fixture file (near \"%s\")\n", path, word);
         if (fx)
-            for (int i = 0; i < fx->n; ++i) free(fx->t[i].data);
+            for (int i = 0; i < fx->n; ++i)
+                free(fx->t[i].data);
         free(fx);
         return NULL;
     }
@@ -161,8 +167,10 @@ static inline double *wk_get(const wk_fixture *fx, const char *name, int64_t n) 
 }
 
 static inline void wk_free(wk_fixture *fx) {
-    if (!fx) return;
-    for (int i = 0; i < fx->n; ++i) free(fx->t[i].data);
+    if (!fx)
+        return;
+    for (int i = 0; i < fx->n; ++i)
+        free(fx->t[i].data);
     free(fx);
 }
 
@@ -182,7 +190,8 @@ static inline void wk_mkdirs(const char *path) {
             }
             *p = c;
         }
-        if (c == '\0') break;
+        if (c == '\0')
+            break;
     }
 }
 
@@ -210,7 +219,8 @@ static inline void wk_fmt(char *buf, size_t n, double x) {
     int p = 1;
     for (; p < 17; ++p) {
         snprintf(buf, n, "%.*e", p - 1, x);
-        if (strtod(buf, NULL) == x) break;
+        if (strtod(buf, NULL) == x)
+            break;
     }
     int e = x == 0 ? 0 : atoi(strchr(buf, 'e') + 1);
     if (e < -4 || e >= 16) {
@@ -218,34 +228,39 @@ static inline void wk_fmt(char *buf, size_t n, double x) {
         return;
     }
     snprintf(buf, n, "%.*f", p - 1 - e > 0 ? p - 1 - e : 0, x);
-    if (!strchr(buf, '.') && strlen(buf) + 3 <= n) strcat(buf, ".0");
+    if (!strchr(buf, '.') && strlen(buf) + 3 <= n)
+        strcat(buf, ".0");
 }
 
 /* ---- JSON, written as it goes (pretty-printed, innermost arrays on one line) ---- */
 
 typedef struct wk_json {
     FILE *f;
-    int   depth;
-    bool  first; /* no element yet at this depth */
+    int depth;
+    bool first; /* no element yet at this depth */
 } wk_json;
 
 static inline void wk_json_sep(wk_json *j, const char *key) {
     fprintf(j->f, "%s\n%*s", j->first ? "" : ",", 2 * j->depth, "");
     j->first = false;
-    if (key) fprintf(j->f, "\"%s\": ", key);
+    if (key)
+        fprintf(j->f, "\"%s\": ", key);
 }
 static inline void wk_json_open(wk_json *j, const char *key, char brace) {
-    if (j->depth > 0 || !j->first) wk_json_sep(j, key);
+    if (j->depth > 0 || !j->first)
+        wk_json_sep(j, key);
     fputc(brace, j->f);
     j->depth++;
     j->first = true;
 }
 static inline void wk_json_close(wk_json *j, char brace) {
     j->depth--;
-    if (!j->first) fprintf(j->f, "\n%*s", 2 * j->depth, "");
+    if (!j->first)
+        fprintf(j->f, "\n%*s", 2 * j->depth, "");
     fputc(brace, j->f);
     j->first = false;
-    if (j->depth == 0) fputc('\n', j->f);
+    if (j->depth == 0)
+        fputc('\n', j->f);
 }
 static inline void wk_json_num(wk_json *j, const char *key, double x) {
     char b[40];
@@ -265,7 +280,8 @@ static inline void wk_json_str(wk_json *j, const char *key, const char *s) {
     wk_json_sep(j, key);
     fputc('"', j->f);
     for (; *s; ++s) {
-        if (*s == '"' || *s == '\\') fputc('\\', j->f);
+        if (*s == '"' || *s == '\\')
+            fputc('\\', j->f);
         if ((unsigned char)*s < 0x20)
             fprintf(j->f, "\\u%04x", (unsigned char)*s);
         else
@@ -301,7 +317,8 @@ static inline void wk_json_view(wk_json *j, const char *key, const attn_view *v)
 static inline void wk_json_shape(wk_json *j, const char *key, const attn_view *v) {
     wk_json_sep(j, key);
     fputc('[', j->f);
-    for (int d = 0; d < v->ndim; ++d) fprintf(j->f, "%s%lld", d ? ", " : "", (long long)v->shape[d]);
+    for (int d = 0; d < v->ndim; ++d)
+        fprintf(j->f, "%s%lld", d ? ", " : "", (long long)v->shape[d]);
     fputc(']', j->f);
 }
 
@@ -320,7 +337,8 @@ static inline void wk_json_environment(wk_json *j) {
     FILE *p = popen("uname -srm 2>/dev/null", "r");
     char line[256] = "";
     if (p) {
-        if (fgets(line, sizeof line, p)) line[strcspn(line, "\n")] = '\0';
+        if (fgets(line, sizeof line, p))
+            line[strcspn(line, "\n")] = '\0';
         pclose(p);
     }
     wk_json_str(j, "platform", line);
