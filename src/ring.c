@@ -29,10 +29,23 @@ static double now(void) {
 /* Fields every rank must agree on (checked by one MPI_Allreduce). */
 enum { F_DTYPE, F_B, F_H, F_HKV, F_D, F_DV, F_CAUSAL, F_LAYOUT, F_SCALE, NF };
 
+/* The views of a call beyond q, k, v (NULL: absent). */
+typedef struct ring_io {
+    attn_view       *out, *lse;         /* forward: outputs */
+    const attn_view *fout, *flse, *dout;/* backward: the forward's out and lse, and dout */
+    attn_view       *dq, *dk, *dv;      /* backward: gradients, accumulated */
+} ring_io;
+
+/* Workspace blocks, in order. X0..X2 are the forward's piece out, piece lse and running
+   lse (double), or the backward's two travelling gradient accumulators and this step's
+   gradients (each one packed dK/dV block). */
+enum { W_GATHER, W_KV0, W_KV1, W_X0, W_X1, W_X2, W_KLEN, W_SDPA, W_COUNT };
+
 /* Validated arguments of one call and the carving of its workspace. */
 typedef struct ring_ctx {
     MPI_Comm         comm; /* our duplicate of the caller's communicator */
     int              rank, P;
+    bool             bwd;  /* attn_ring_sdpa_backward */
     attn_dtype       dt;
     size_t           es;
     int64_t          B, H, Hkv, D, Dv, T, Tmax; /* T: this rank's block; Tmax: the longest */
@@ -42,8 +55,8 @@ typedef struct ring_ctx {
     attn_ring_layout layout;
     const attn_ring_opts *o;
     attn_view        q, k, v;
-    /* byte offsets into the workspace */
-    size_t           off_gather, off_kv[2], off_op, off_lp, off_run, off_klen, off_sdpa;
+    ring_io          io;
+    size_t           off[W_COUNT]; /* byte offsets into the workspace */
     size_t           sdpa_ws, total;
 } ring_ctx;
 
@@ -116,10 +129,42 @@ static attn_status check_float(const attn_view *v, int ndim) {
     return v->dtype == ATTN_F32 || v->dtype == ATTN_F64 ? ATTN_OK : ATTN_EDTYPE;
 }
 
-/* Everything this rank can check without talking to the others. */
+/* An input view of the call: present, valid, c's dtype, the given shape. */
+static attn_status check_input(const ring_ctx *c, const attn_view *v, int nd,
+                               const int64_t *shape) {
+    ATTN_TRY(check_float(v, nd));
+    if (v->dtype != c->dt)
+        return ATTN_EDTYPE;
+    for (int d = 0; d < nd; ++d)
+        if (v->shape[d] != shape[d])
+            return ATTN_ESHAPE;
+    return ATTN_OK;
+}
+
+/* Optional outputs (NULL entries skipped): as inputs, plus no self-overlap, no overlap with
+   the inputs ins[] or with each other. */
+static attn_status check_outputs(const ring_ctx *c, attn_view *const *outs, const int *nd,
+                                 const int64_t (*shapes)[4], int nout,
+                                 const attn_view *const *ins, int nin) {
+    for (int o = 0; o < nout; ++o) {
+        if (!outs[o])
+            continue;
+        ATTN_TRY(check_input(c, outs[o], nd[o], shapes[o]));
+        if (self_overlaps(outs[o]))
+            return ATTN_ESTRIDE;
+        for (int i = 0; i < nin; ++i)
+            if (ins[i] && attn_view_overlaps(outs[o], ins[i]))
+                return ATTN_EALIAS;
+        for (int o2 = 0; o2 < o; ++o2)
+            if (outs[o2] && attn_view_overlaps(outs[o], outs[o2]))
+                return ATTN_EALIAS;
+    }
+    return ATTN_OK;
+}
+
+/* Everything this rank can check without talking to the others; io NULL: a workspace query. */
 static attn_status check_local(const attn_view *q, const attn_view *k, const attn_view *v,
-                               const attn_ring_opts *o, bool call, const attn_view *out,
-                               ring_ctx *c) {
+                               const attn_ring_opts *o, const ring_io *io, ring_ctx *c) {
     ATTN_TRY(check_float(q, 4));
     ATTN_TRY(check_float(k, 4));
     ATTN_TRY(check_float(v, 4));
@@ -150,24 +195,26 @@ static attn_status check_local(const attn_view *q, const attn_view *k, const att
     c->causal = o->causal != ATTN_CAUSAL_NONE;
     c->layout = o->layout;
     c->scale = o->scale != 0.0 ? o->scale : c->D > 0 ? 1.0 / sqrt((double)c->D) : 1.0;
-    if (call) { /* the call, not the workspace query: check the outputs too */
-        ATTN_TRY(check_float(out, 4));
-        if (o->lse)
-            ATTN_TRY(check_float(o->lse, 3));
-        if (out->dtype != c->dt || (o->lse && o->lse->dtype != c->dt))
-            return ATTN_EDTYPE;
-        int64_t os[4] = {c->B, c->H, c->T, c->Dv};
-        for (int d = 0; d < 4; ++d)
-            if (out->shape[d] != os[d] || (o->lse && d < 3 && o->lse->shape[d] != os[d]))
-                return ATTN_ESHAPE;
-        if (self_overlaps(out) || (o->lse && self_overlaps(o->lse)))
-            return ATTN_ESTRIDE;
+    const int64_t os[4] = {c->B, c->H, c->T, c->Dv};
+    if (io && !c->bwd) { /* forward: out (required) and lse */
+        if (!io->out)
+            return ATTN_EINVAL;
+        attn_view *outs[2] = {io->out, io->lse};
         const attn_view *ins[3] = {q, k, v};
-        for (int i = 0; i < 3; ++i)
-            if (attn_view_overlaps(out, ins[i]) || (o->lse && attn_view_overlaps(o->lse, ins[i])))
-                return ATTN_EALIAS;
-        if (o->lse && attn_view_overlaps(out, o->lse))
-            return ATTN_EALIAS;
+        ATTN_TRY(check_outputs(c, outs, (int[]){4, 3}, (const int64_t[][4]){
+            {os[0], os[1], os[2], os[3]}, {os[0], os[1], os[2], 0}}, 2, ins, 3));
+    } else if (io) { /* backward: out, lse, dout (required), dq, dk, dv */
+        if (!io->fout || !io->flse || !io->dout)
+            return ATTN_EINVAL;
+        ATTN_TRY(check_input(c, io->fout, 4, os));
+        ATTN_TRY(check_input(c, io->flse, 3, os));
+        ATTN_TRY(check_input(c, io->dout, 4, os));
+        attn_view *outs[3] = {io->dq, io->dk, io->dv};
+        const attn_view *ins[6] = {q, k, v, io->fout, io->flse, io->dout};
+        ATTN_TRY(check_outputs(c, outs, (int[]){4, 4, 4}, (const int64_t[][4]){
+            {q->shape[0], q->shape[1], q->shape[2], q->shape[3]},
+            {k->shape[0], k->shape[1], k->shape[2], k->shape[3]},
+            {v->shape[0], v->shape[1], v->shape[2], v->shape[3]}}, 3, ins, 6));
     }
     int64_t f[NF] = {c->dt, c->B, c->H, c->Hkv, c->D, c->Dv, c->causal, c->layout, 0};
     memcpy(&f[F_SCALE], &c->scale, sizeof(double));
@@ -175,6 +222,8 @@ static attn_status check_local(const attn_view *q, const attn_view *k, const att
     c->q = *q;
     c->k = *k;
     c->v = *v;
+    if (io)
+        c->io = *io;
     return ATTN_OK;
 }
 
@@ -186,23 +235,25 @@ static attn_status layout_work(ring_ctx *c) {
     if (!attn__mul_i64(c->B, c->H, &bht) || !attn__mul_i64(bht, c->T, &bht) ||
         !attn__mul_i64(bht, c->Dv, &bhtd))
         return ATTN_ERANGE;
-    /* attn_sdpa's workspace for the largest call: all local queries against T_max keys */
+    /* attn_sdpa's (or its backward's) workspace for the largest call: all local queries
+       against T_max keys */
     attn_view kb, vb;
     block_views(c, (void *)(uintptr_t)64, c->Tmax, &kb, &vb); /* only strides matter */
-    attn_sdpa_opts so = {.scale = c->scale, .threads = c->o->threads};
-    size_t w0 = attn_sdpa_workspace_size(&c->q, &kb, &vb, &so);
-    so.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
-    size_t w1 = attn_sdpa_workspace_size(&c->q, &kb, &vb, &so);
-    c->sdpa_ws = w0 > w1 ? w0 : w1;
-    /* gather, two K/V buffers, piece out and lse, running lse (double), kv_len, attn_sdpa */
-    size_t n[8] = {(size_t)c->P * (size_t)(c->B + 1), (size_t)kvn, (size_t)kvn, (size_t)bhtd,
-                   (size_t)bht, (size_t)bht, (size_t)c->B, c->sdpa_ws};
-    size_t es[8] = {8, c->es, c->es, c->es, c->es, 8, 8, 1};
-    size_t *offs[8] = {&c->off_gather, &c->off_kv[0], &c->off_kv[1], &c->off_op,
-                       &c->off_lp, &c->off_run, &c->off_klen, &c->off_sdpa};
+    c->sdpa_ws = 0;
+    for (int causal = 0; causal < 2; ++causal) {
+        attn_sdpa_opts so = {.scale = c->scale, .threads = c->o->threads,
+                             .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE};
+        size_t ws = c->bwd ? attn_sdpa_backward_workspace_size(&c->q, &kb, &vb, &so)
+                           : attn_sdpa_workspace_size(&c->q, &kb, &vb, &so);
+        c->sdpa_ws = ws > c->sdpa_ws ? ws : c->sdpa_ws;
+    }
+    size_t n[W_COUNT] = {(size_t)c->P * (size_t)(c->B + 1), (size_t)kvn, (size_t)kvn,
+                         c->bwd ? (size_t)kvn : (size_t)bhtd, c->bwd ? (size_t)kvn : (size_t)bht,
+                         c->bwd ? (size_t)kvn : (size_t)bht, (size_t)c->B, c->sdpa_ws};
+    size_t es[W_COUNT] = {8, c->es, c->es, c->es, c->es, c->bwd ? c->es : 8, 8, 1};
     size_t at = 0, bytes;
-    for (int i = 0; i < 8; ++i) {
-        *offs[i] = at;
+    for (int i = 0; i < W_COUNT; ++i) {
+        c->off[i] = at;
         if (!attn__mul_sz(n[i], es[i], &bytes) || bytes > SIZE_MAX / 2 ||
             !attn__add_sz(at, attn__align64(bytes), &at))
             return ATTN_ERANGE;
@@ -220,18 +271,18 @@ static attn_status agree(MPI_Comm comm, attn_status s) {
 }
 
 /*
- * Collective setup shared by the call and the workspace query: duplicate the
+ * Collective setup shared by the calls and the workspace queries: duplicate the
  * communicator, check locally, agree on the fields and T_max (one Allreduce),
  * lay out the workspace, check (or allocate, *owned) the caller's workspace,
  * agree on the status (a second Allreduce). On success c->comm is live.
  */
-static attn_status setup(MPI_Comm comm, const attn_view *q, const attn_view *k,
-                         const attn_view *v, const attn_ring_opts *opts, bool call,
-                         const attn_view *out, void **work, size_t work_size, void **owned,
-                         ring_ctx *c) {
+static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn_view *k,
+                         const attn_view *v, const attn_ring_opts *opts, const ring_io *io,
+                         void **work, size_t work_size, void **owned, ring_ctx *c) {
     static const attn_ring_opts defaults = {0};
     int flag = 0;
     memset(c, 0, sizeof *c);
+    c->bwd = bwd;
     c->comm = MPI_COMM_NULL;
     c->o = opts ? opts : &defaults;
     if (comm == MPI_COMM_NULL || MPI_Initialized(&flag) != MPI_SUCCESS || !flag ||
@@ -249,7 +300,7 @@ static attn_status setup(MPI_Comm comm, const attn_view *q, const attn_view *k,
         MPI_Comm_size(c->comm, &c->P) != MPI_SUCCESS || c->P < 1)
         goto fail; /* same outcome on every rank: the MPI is unusable here */
     /* x = [fields, -fields, status, T]: one MAX reduction gives max, min, worst status, T_max */
-    s = check_local(q, k, v, c->o, call, out, c);
+    s = check_local(q, k, v, c->o, io, c);
     int64_t x[2 * NF + 2], y[2 * NF + 2];
     for (int i = 0; i < NF; ++i) {
         x[i] = s == ATTN_OK ? c->f[i] : 0;
@@ -290,14 +341,26 @@ fail:
     return s;
 }
 
-size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_local,
-                                     const attn_view *k_local, const attn_view *v_local,
-                                     const attn_ring_opts *opts) {
+static size_t workspace_size(MPI_Comm comm, bool bwd, const attn_view *q, const attn_view *k,
+                             const attn_view *v, const attn_ring_opts *opts) {
     ring_ctx c;
-    if (setup(comm, q_local, k_local, v_local, opts, false, NULL, NULL, 0, NULL, &c) != ATTN_OK)
+    if (setup(comm, bwd, q, k, v, opts, NULL, NULL, 0, NULL, &c) != ATTN_OK)
         return 0;
     MPI_Comm_free(&c.comm);
     return c.total;
+}
+
+size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_local,
+                                     const attn_view *k_local, const attn_view *v_local,
+                                     const attn_ring_opts *opts) {
+    return workspace_size(comm, false, q_local, k_local, v_local, opts);
+}
+
+size_t attn_ring_sdpa_backward_workspace_size(MPI_Comm comm, const attn_view *q_local,
+                                              const attn_view *k_local,
+                                              const attn_view *v_local,
+                                              const attn_ring_opts *opts) {
+    return workspace_size(comm, true, q_local, k_local, v_local, opts);
 }
 
 /* Query rows per attn_sdpa call while a transfer is in flight (see attend_block). */
@@ -306,11 +369,15 @@ size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_local,
 
 /*
  * Attend the local queries to the K/V block in hand (packed at buf, from rank
- * src) and merge into out. Non-causal: all queries against all keys. Causal:
- * per query chunk, the visible keys are a prefix of the block (chunks are in
- * global order): earlier chunks fully, its own chunk with the diagonal, which
- * is attn_sdpa's BOTTOM_RIGHT rule on that prefix (key j visible iff
- * j <= i + (nk - nq), nk - nq the start of the diagonal chunk).
+ * src). Non-causal: all queries against all keys. Causal: per query chunk,
+ * the visible keys are a prefix of the block (chunks are in global order):
+ * earlier chunks fully, its own chunk with the diagonal, which is attn_sdpa's
+ * BOTTOM_RIGHT rule on that prefix (key j visible iff j <= i + (nk - nq),
+ * nk - nq the start of the diagonal chunk).
+ * Forward: attn_sdpa with lse, merged into out. Backward: attn_sdpa_backward
+ * with the forward's global out and lse, which makes each block's P the
+ * global probabilities: dq accumulates in place, the block's dK/dV into the
+ * packed gradient block gbuf.
  *
  * While a transfer is in flight (req != NULL) the queries go in about
  * RING_SLICES slices with MPI_Testall between them: without an asynchronous
@@ -320,18 +387,20 @@ size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_local,
  * nk - (nq - a - m) keys, again BOTTOM_RIGHT.
  * Returns the first attn_sdpa failure, or ATTN_EMPI; *computed: any call ran.
  */
-static attn_status attend_block(const ring_ctx *c, char *w, int src, const void *buf,
-                                const attn_view *out, MPI_Request *req, bool *computed) {
-    const int64_t *g = (const int64_t *)(w + c->off_gather) + (size_t)src * (size_t)(c->B + 1);
-    int64_t Tsrc = g[0], *klen = (int64_t *)(w + c->off_klen);
+static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, void *gbuf,
+                                MPI_Request *req, bool *computed) {
+    const int64_t *g = (const int64_t *)(w + c->off[W_GATHER]) + (size_t)src * (size_t)(c->B + 1);
+    int64_t Tsrc = g[0], *klen = (int64_t *)(w + c->off[W_KLEN]);
     seg qs[2], ks[2];
     int nqs = c->causal ? segments(c, c->rank, c->T, qs) : 1;
     int nks = segments(c, src, Tsrc, ks);
     if (!c->causal)
         qs[0] = (seg){0, c->T, 0};
-    attn_view kb, vb;
-    block_views(c, (void *)buf, Tsrc, &kb, &vb);
-    double *run = (double *)(w + c->off_run);
+    attn_view kb, vb, gkb, gvb;
+    block_views(c, buf, Tsrc, &kb, &vb);
+    if (c->bwd)
+        block_views(c, gbuf, Tsrc, &gkb, &gvb);
+    double *run = (double *)(w + c->off[W_X2]);
     *computed = false;
     for (int a = 0; a < nqs; ++a) {
         int64_t nk = c->causal ? 0 : Tsrc;
@@ -350,26 +419,44 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, const void 
         }
         for (int64_t i0 = 0; i0 < nq; i0 += rows) {
             int64_t m = nq - i0 < rows ? nq - i0 : rows, nkm = diag ? nk - (nq - i0 - m) : nk;
-            attn_view qv, kv, vv, ov, lv;
+            int64_t r0 = q0 + i0, r1 = r0 + m;
+            attn_view qv, kv, vv;
             for (int64_t b = 0; b < c->B; ++b)
                 klen[b] = g[1 + b] < nkm ? g[1 + b] : nkm;
-            ATTN_TRY(attn_view_slice(&c->q, 2, q0 + i0, q0 + i0 + m, 1, &qv));
+            ATTN_TRY(attn_view_slice(&c->q, 2, r0, r1, 1, &qv));
             ATTN_TRY(attn_view_slice(&kb, 2, 0, nkm, 1, &kv));
             ATTN_TRY(attn_view_slice(&vb, 2, 0, nkm, 1, &vv));
-            ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off_op, 4,
-                                    (int64_t[]){c->B, c->H, m, c->Dv}));
-            ATTN_TRY(attn_view_init(&lv, c->dt, w + c->off_lp, 3, (int64_t[]){c->B, c->H, m}));
-            attn_sdpa_opts so = {.scale = c->scale, .kv_len = klen, .lse = &lv,
+            attn_sdpa_opts so = {.scale = c->scale, .kv_len = klen,
                                  .causal = diag ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
                                  .threads = c->o->threads};
-            ATTN_TRY(attn_sdpa(&qv, &kv, &vv, &so, &ov, w + c->off_sdpa, c->sdpa_ws));
-            if (c->dt == ATTN_F32)
-                merge_f32(out, run, ov.data, lv.data, q0 + i0, m);
-            else
-                merge_f64(out, run, ov.data, lv.data, q0 + i0, m);
+            if (!c->bwd) {
+                attn_view ov, lv;
+                ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off[W_X0], 4,
+                                        (int64_t[]){c->B, c->H, m, c->Dv}));
+                ATTN_TRY(attn_view_init(&lv, c->dt, w + c->off[W_X1], 3,
+                                        (int64_t[]){c->B, c->H, m}));
+                so.lse = &lv;
+                ATTN_TRY(attn_sdpa(&qv, &kv, &vv, &so, &ov, w + c->off[W_SDPA], c->sdpa_ws));
+                if (c->dt == ATTN_F32)
+                    merge_f32(c->io.out, run, ov.data, lv.data, r0, m);
+                else
+                    merge_f64(c->io.out, run, ov.data, lv.data, r0, m);
+            } else {
+                attn_view fo, fl, dov, dqv, gk, gv;
+                ATTN_TRY(attn_view_slice(c->io.fout, 2, r0, r1, 1, &fo));
+                ATTN_TRY(attn_view_slice(c->io.flse, 2, r0, r1, 1, &fl));
+                ATTN_TRY(attn_view_slice(c->io.dout, 2, r0, r1, 1, &dov));
+                if (c->io.dq)
+                    ATTN_TRY(attn_view_slice(c->io.dq, 2, r0, r1, 1, &dqv));
+                ATTN_TRY(attn_view_slice(&gkb, 2, 0, nkm, 1, &gk));
+                ATTN_TRY(attn_view_slice(&gvb, 2, 0, nkm, 1, &gv));
+                ATTN_TRY(attn_sdpa_backward(&qv, &kv, &vv, &so, &fo, &fl, &dov,
+                                            c->io.dq ? &dqv : NULL, &gk, &gv,
+                                            w + c->off[W_SDPA], c->sdpa_ws));
+            }
             *computed = true;
             int done;
-            if (req && MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            if (req && MPI_Testall(4, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
                 return ATTN_EMPI;
         }
     }
@@ -385,100 +472,155 @@ static void drop_requests(MPI_Request *req, int n) {
         }
 }
 
+enum { TAG_KV = 0, TAG_GRAD = 1 };
+
 /*
- * The ring: at step s this rank holds the block of rank (r - s) mod P. It posts
- * the receive of the next block from r - 1 and the send of the one in hand to
- * r + 1, attends to the block in hand meanwhile, then waits (the wait is the
- * communication computation did not hide). A local compute failure keeps the
- * blocks moving (the other ranks wait for them); an MPI failure stops.
+ * The ring: at step s this rank holds the K/V block of rank src = (r - s) mod
+ * P. It posts the receive of the next block from r - 1 and the send of the
+ * one in hand to r + 1, attends to the block in hand meanwhile, then waits
+ * (the wait is the communication computation did not hide).
+ * Backward: each block's dK/dV accumulator travels one step behind its K/V.
+ * At step s >= 1 the accumulator of block src arrives from r - 1 (into g[acc])
+ * while this rank computes block src's gradients into scratch, then adds
+ * them; the accumulator completed at step s - 1 leaves for r + 1. At step P
+ * the last sends reach the owners (r + 1 owns the block r held at step P-1),
+ * so each rank ends with the full gradients of its own block in g[acc].
+ * A local compute failure keeps the blocks moving (the others wait for
+ * them); an MPI failure stops. Returns the status and, for the backward, the
+ * buffer index of this rank's own gradients.
  */
-static attn_status ring_loop(const ring_ctx *c, char *w, const attn_view *out,
-                             attn_ring_stats *st) {
-    int r = c->rank, P = c->P, cur = 0;
+static attn_status ring_loop(const ring_ctx *c, char *w, attn_ring_stats *st, int *own) {
+    int r = c->rank, P = c->P, prev = (r + P - 1) % P, next = (r + 1) % P, cur = 0, acc = 0;
     MPI_Datatype mdt = c->dt == ATTN_F32 ? MPI_FLOAT : MPI_DOUBLE;
-    const int64_t *g = (const int64_t *)(w + c->off_gather);
+    const int64_t *g = (const int64_t *)(w + c->off[W_GATHER]);
+    char *kvb[2] = {w + c->off[W_KV0], w + c->off[W_KV1]};
+    char *gb[2] = {w + c->off[W_X0], w + c->off[W_X1]}, *gloc = w + c->off[W_X2];
     attn_status s = ATTN_OK;
-    for (int step = 0; step < P; ++step) {
+    int last = c->bwd && P > 1 ? P : P - 1;
+    for (int step = 0; step <= last; ++step) {
         int src = (r - step + P) % P, from = (r - step - 1 + 2 * P) % P;
-        MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        int64_t nsend = 0, nrecv = 0;
+        int64_t n_src = 0, n_from = 0, n_done = 0; /* elements of blocks src, from, src + 1:
+                                                       checked <= INT_MAX by layout_work */
+        block_elems(c, g[(size_t)src * (size_t)(c->B + 1)], &n_src);
+        block_elems(c, g[(size_t)from * (size_t)(c->B + 1)], &n_from);
+        block_elems(c, g[(size_t)((src + 1) % P) * (size_t)(c->B + 1)], &n_done);
+        MPI_Request req[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                              MPI_REQUEST_NULL};
+        bool ok = true, xfer = false;
         if (step + 1 < P) {
-            block_elems(c, g[(size_t)src * (size_t)(c->B + 1)], &nsend);
-            block_elems(c, g[(size_t)from * (size_t)(c->B + 1)], &nrecv);
-            if (MPI_Irecv(w + c->off_kv[1 - cur], (int)nrecv, mdt, (r + P - 1) % P, 0, c->comm,
-                          &req[0]) != MPI_SUCCESS ||
-                MPI_Isend(w + c->off_kv[cur], (int)nsend, mdt, (r + 1) % P, 0, c->comm,
-                          &req[1]) != MPI_SUCCESS) {
-                drop_requests(req, 2);
-                return ATTN_EMPI;
-            }
-            st->bytes_sent += nsend * (int64_t)c->es;
+            ok = MPI_Irecv(kvb[1 - cur], (int)n_from, mdt, prev, TAG_KV, c->comm, &req[0]) ==
+                     MPI_SUCCESS &&
+                 MPI_Isend(kvb[cur], (int)n_src, mdt, next, TAG_KV, c->comm, &req[1]) ==
+                     MPI_SUCCESS;
+            st->bytes_sent += n_src * (int64_t)c->es;
+            xfer = true;
+        }
+        if (ok && c->bwd && step > 0) {
+            ok = MPI_Irecv(gb[acc], (int)n_src, mdt, prev, TAG_GRAD, c->comm, &req[2]) ==
+                     MPI_SUCCESS &&
+                 MPI_Isend(gb[1 - acc], (int)n_done, mdt, next, TAG_GRAD, c->comm, &req[3]) ==
+                     MPI_SUCCESS;
+            st->bytes_sent += n_done * (int64_t)c->es;
+            xfer = true;
+        }
+        if (!ok) {
+            drop_requests(req, 4);
+            return ATTN_EMPI;
         }
         bool computed = false;
-        double tc = now();
-        if (s == ATTN_OK)
-            s = attend_block(c, w, src, w + c->off_kv[cur], out, step + 1 < P ? req : NULL,
-                             &computed);
-        st->compute_seconds += now() - tc;
-        if (s == ATTN_EMPI) {
-            drop_requests(req, 2);
-            return s;
+        char *gdst = step == 0 ? gb[acc] : gloc; /* backward: block src's gradients */
+        if (step < P) {
+            if (c->bwd)
+                memset(gdst, 0, (size_t)n_src * c->es);
+            double tc = now();
+            if (s == ATTN_OK)
+                s = attend_block(c, w, src, kvb[cur], gdst, xfer ? req : NULL, &computed);
+            st->compute_seconds += now() - tc;
+            if (s == ATTN_EMPI) {
+                drop_requests(req, 4);
+                return s;
+            }
+            st->blocks_computed += computed;
+            st->blocks_skipped += !computed;
         }
-        st->blocks_computed += computed;
-        st->blocks_skipped += !computed;
         double t0 = MPI_Wtime();
-        int rc = MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+        int rc = MPI_Waitall(4, req, MPI_STATUSES_IGNORE);
         st->wait_seconds += MPI_Wtime() - t0;
         if (rc != MPI_SUCCESS)
             return ATTN_EMPI;
+        if (c->bwd && step > 0 && step < P && computed) { /* accumulator += this rank's part */
+            attn_view ak, av, lk, lv;
+            int64_t Tsrc = g[(size_t)src * (size_t)(c->B + 1)];
+            block_views(c, gb[acc], Tsrc, &ak, &av);
+            block_views(c, gloc, Tsrc, &lk, &lv);
+            attn_status sa = attn_add(&ak, &lk, &ak);
+            if (sa == ATTN_OK)
+                sa = attn_add(&av, &lv, &av);
+            if (s == ATTN_OK)
+                s = sa;
+        }
+        if (c->bwd && step < P)
+            acc = 1 - acc;
         cur = 1 - cur;
     }
+    *own = P > 1 ? acc : 1 - acc;
     return s;
 }
 
-attn_status attn_ring_sdpa(MPI_Comm comm, const attn_view *q_local, const attn_view *k_local,
-                           const attn_view *v_local, const attn_ring_opts *opts,
-                           attn_view *out_local, void *work, size_t work_size) {
+/* The forward and the backward: agree, exchange the block lengths, run the ring, finish. */
+static attn_status ring_call(MPI_Comm comm, bool bwd, const attn_view *q, const attn_view *k,
+                             const attn_view *v, const attn_ring_opts *opts, const ring_io *io,
+                             void *work, size_t work_size) {
     double t_start = now();
     ring_ctx c;
     void *owned = NULL;
-    ATTN_TRY(setup(comm, q_local, k_local, v_local, opts, true, out_local, &work, work_size,
-                   &owned, &c));
+    ATTN_TRY(setup(comm, bwd, q, k, v, opts, io, &work, work_size, &owned, &c));
     char *w = work;
     /* every rank's block length and key lengths: [T_r, kv_len_r[0..B)] per rank */
-    int64_t *mine = (int64_t *)(w + c.off_gather) + (size_t)c.rank * (size_t)(c.B + 1);
+    int64_t *mine = (int64_t *)(w + c.off[W_GATHER]) + (size_t)c.rank * (size_t)(c.B + 1);
     mine[0] = c.T;
     for (int64_t b = 0; b < c.B; ++b)
         mine[1 + b] = c.o->kv_len ? c.o->kv_len[b] : c.T;
     attn_status s = ATTN_OK;
-    if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w + c.off_gather, (int)(c.B + 1),
+    if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, w + c.off[W_GATHER], (int)(c.B + 1),
                       MPI_INT64_T, c.comm) != MPI_SUCCESS)
         s = ATTN_EMPI;
     s = agree(c.comm, s);
     attn_ring_stats st = {0};
+    int own = 0;
+    double *run = (double *)(w + c.off[W_X2]);
     if (s == ATTN_OK) {
-        /* running result: out = 0 and lse = "no key yet" until a block contributes */
-        double *run = (double *)(w + c.off_run);
-        for (int64_t i = 0, n = c.B * c.H * c.T; i < n; ++i)
-            run[i] = ATTN__SDPA_LSE_EMPTY;
         attn_view kb, vb;
-        block_views(&c, w + c.off_kv[0], c.T, &kb, &vb);
-        s = attn_view_copy(k_local, &kb);
+        block_views(&c, w + c.off[W_KV0], c.T, &kb, &vb);
+        s = attn_view_copy(k, &kb);
         if (s == ATTN_OK)
-            s = attn_view_copy(v_local, &vb);
+            s = attn_view_copy(v, &vb);
         ATTN_ASSERT(s == ATTN_OK); /* shapes checked, the buffer is ours */
-        if (c.dt == ATTN_F32)
-            zero_out_f32(out_local);
-        else
-            zero_out_f64(out_local);
-        s = ring_loop(&c, w, out_local, &st);
+        if (!bwd) { /* running result: out = 0, lse = "no key yet" until a block contributes */
+            for (int64_t i = 0, n = c.B * c.H * c.T; i < n; ++i)
+                run[i] = ATTN__SDPA_LSE_EMPTY;
+            if (c.dt == ATTN_F32)
+                zero_out_f32(io->out);
+            else
+                zero_out_f64(io->out);
+        }
+        s = ring_loop(&c, w, &st, &own);
         s = agree(c.comm, s);
     }
-    if (s == ATTN_OK && c.o->lse) {
+    if (s == ATTN_OK && !bwd && io->lse) {
         if (c.dt == ATTN_F32)
-            store_lse_f32(c.o->lse, (const double *)(w + c.off_run));
+            store_lse_f32(io->lse, run);
         else
-            store_lse_f64(c.o->lse, (const double *)(w + c.off_run));
+            store_lse_f64(io->lse, run);
+    }
+    if (s == ATTN_OK && bwd) { /* dk += the gradients of this rank's block, dv too */
+        attn_view gk, gv;
+        block_views(&c, w + c.off[own ? W_X1 : W_X0], c.T, &gk, &gv);
+        if (io->dk)
+            s = attn_add(io->dk, &gk, io->dk);
+        if (s == ATTN_OK && io->dv)
+            s = attn_add(io->dv, &gv, io->dv);
+        ATTN_ASSERT(s == ATTN_OK);
     }
     MPI_Comm_free(&c.comm);
     free(owned);
@@ -487,4 +629,22 @@ attn_status attn_ring_sdpa(MPI_Comm comm, const attn_view *q_local, const attn_v
         *c.o->stats = st;
     }
     return s;
+}
+
+attn_status attn_ring_sdpa(MPI_Comm comm, const attn_view *q_local, const attn_view *k_local,
+                           const attn_view *v_local, const attn_ring_opts *opts,
+                           attn_view *out_local, void *work, size_t work_size) {
+    ring_io io = {.out = out_local, .lse = opts ? opts->lse : NULL};
+    return ring_call(comm, false, q_local, k_local, v_local, opts, &io, work, work_size);
+}
+
+attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_view *q_local,
+                                    const attn_view *k_local, const attn_view *v_local,
+                                    const attn_ring_opts *opts, const attn_view *out_local,
+                                    const attn_view *lse_local, const attn_view *dout_local,
+                                    attn_view *dq_local, attn_view *dk_local,
+                                    attn_view *dv_local, void *work, size_t work_size) {
+    ring_io io = {.fout = out_local, .flse = lse_local, .dout = dout_local, .dq = dq_local,
+                  .dk = dk_local, .dv = dv_local};
+    return ring_call(comm, true, q_local, k_local, v_local, opts, &io, work, work_size);
 }

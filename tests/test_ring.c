@@ -333,9 +333,9 @@ END_TEST
    the queries into slices (diagonal slices see shorter key prefixes). */
 START_TEST(ring_long) {
     static const rcase cs[] = {
-        {"long_causal", 1, 2, 1, 8, 8, 300, 1, CA, CO, 0, 0, LY_CONTIG},
-        {"long_zigzag", 1, 2, 2, 8, 4, 300, 1, CA, ZZ, 2, 0, LY_BTHD},
-        {"long_nc", 1, 2, 2, 4, 8, 260, 0, NC, CO, 1, 0, LY_CONTIG},
+        {"long_causal", 1, 2, 1, 4, 4, 260, 1, CA, CO, 0, 0, LY_CONTIG},
+        {"long_zigzag", 1, 1, 1, 4, 4, 300, 1, CA, ZZ, 2, 0, LY_BTHD},
+        {"long_nc", 1, 1, 1, 4, 4, 260, 0, NC, CO, 1, 0, LY_CONTIG},
     };
     RUN(cs);
 }
@@ -566,6 +566,211 @@ START_TEST(ringws_invalid) {
 }
 END_TEST
 
+/* ---- attn_ring_sdpa_backward --------------------------------------------- */
+
+/* Gradient tolerances (as test_sdpa_backward: dS = P (dP - delta) cancels). */
+#define GRTOL(dt) ((dt) == ATTN_F64 ? 1e-11 : 2e-4)
+#define GATOL(dt) ((dt) == ATTN_F64 ? 1e-12 : 2e-5)
+
+/* A local (B, X, T_r, Y) tensor in layout lay holding rows map[] of the whole tensor f. */
+static sd_t local_rows(const attn_view *f, const int64_t *map, int64_t Tr, sd_lay lay,
+                       uint64_t *junk) {
+    int64_t sh[4] = {f->shape[0], f->shape[1], Tr, f->shape[3]}, idx[4] = {0}, fi[4];
+    sd_t t = sd_make(f->dtype, sh, lay, junk, 9.0);
+    if (tu_numel(&t.v) > 0)
+        do {
+            memcpy(fi, idx, sizeof fi);
+            fi[2] = map[idx[2]];
+            tu_set(&t.v, idx, tu_get(f, fi));
+        } while (tu_inc(idx, sh, 4));
+    return t;
+}
+
+/* got - before, elementwise, as a contiguous F64 tensor (what a call accumulated). */
+static sd_t minus(const attn_view *got, const sd_t *before) {
+    sd_t d = sd_zeros(ATTN_F64, 4, got->shape);
+    int64_t idx[4] = {0};
+    if (tu_numel(got) > 0)
+        do tu_set(&d.v, idx, tu_get(got, idx) - tu_get(&before->v, idx));
+        while (tu_inc(idx, got->shape, 4));
+    return d;
+}
+
+/* Ring backward vs attn_sdpa_backward over the whole sequence and the naive reference. */
+static void run_backward(const rcase *c, attn_dtype dt) {
+    problem p;
+    problem_make(c, dt, &p);
+    int64_t n = p.n, Tr = p.Tr;
+    uint64_t seed = 0xd0u + (uint64_t)n, junk = 99 + (uint64_t)rank;
+    attn_sdpa_opts so = {.scale = c->scale,
+                         .causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
+                         .keep = c->ragged ? &p.keep.v : NULL};
+    sd_t dout = sd_make(dt, (int64_t[]){c->B, c->H, n, c->Dv}, LY_CONTIG, &seed, 1.0);
+    sd_t out = sd_zeros(dt, 4, (int64_t[]){c->B, c->H, n, c->Dv});
+    sd_t lse = sd_zeros(dt, 3, (int64_t[]){c->B, c->H, n});
+    so.lse = &lse.v;
+    ck_assert_int_eq(attn_sdpa(&p.q.v, &p.k.v, &p.v.v, &so, &out.v, NULL, 0), ATTN_OK);
+    so.lse = NULL;
+    sd_t g[3], ng[3];
+    const sd_t *in[3] = {&p.q, &p.k, &p.v};
+    for (int i = 0; i < 3; ++i) {
+        g[i] = sd_zeros(dt, 4, in[i]->v.shape);
+        ng[i] = sd_zeros(ATTN_F64, 4, in[i]->v.shape);
+    }
+    ck_assert_int_eq(attn_sdpa_backward(&p.q.v, &p.k.v, &p.v.v, &so, &out.v, &lse.v, &dout.v,
+                                        &g[0].v, &g[1].v, &g[2].v, NULL, 0), ATTN_OK);
+    ref_sdpa_backward(&p.q.v, &p.k.v, &p.v.v, &so, &dout.v, &ng[0].v, &ng[1].v, &ng[2].v);
+    /* the ring: forward for out and lse, then backward into junk-filled gradients */
+    attn_ring_opts ro = {.scale = c->scale, .causal = c->causal, .layout = c->layout,
+                         .kv_len = c->ragged ? p.kvl : NULL, .lse = &p.ll.v};
+    attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                   NULL, 0);
+    assert_status_all(s, ATTN_OK, "forward");
+    sd_t doutl = local_rows(&dout.v, p.map, Tr, c->lay, &junk);
+    sd_t gl[3], before[3];
+    const sd_t *loc[3] = {&p.ql, &p.kl, &p.vl};
+    for (int i = 0; i < 3; ++i) {
+        gl[i] = sd_make(dt, loc[i]->v.shape, c->lay, &junk, 1.0);
+        before[i] = sd_zeros(ATTN_F64, 4, loc[i]->v.shape);
+        int64_t idx[4] = {0};
+        if (tu_numel(&gl[i].v) > 0)
+            do tu_set(&before[i].v, idx, tu_get(&gl[i].v, idx));
+            while (tu_inc(idx, gl[i].v.shape, 4));
+    }
+    attn_ring_stats st;
+    ro.stats = &st;
+    s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                &p.ll.v, &doutl.v, &gl[0].v, &gl[1].v, &gl[2].v, NULL, 0);
+    assert_status_all(s, ATTN_OK, c->name);
+    static const char *names[3][2] = {{"dq vs attn_sdpa_backward", "dq vs naive"},
+                                      {"dk vs attn_sdpa_backward", "dk vs naive"},
+                                      {"dv vs attn_sdpa_backward", "dv vs naive"}};
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s, %s", c->name, sd_lay_name[c->lay]);
+    for (int i = 0; i < 3; ++i) {
+        sd_t d = minus(&gl[i].v, &before[i]);
+        assert_close_all(worst_rows(&d.v, &g[i].v, p.map, GRTOL(dt), GATOL(dt)), names[i][0],
+                         nm, dt);
+        assert_close_all(worst_rows(&d.v, &ng[i].v, p.map, GRTOL(dt), GATOL(dt)), names[i][1],
+                         nm, dt);
+        sd_free(&d);
+    }
+    /* K/V blocks: P - 1 sends; gradient accumulators: P sends (each block but the next
+       rank's own, plus the own block of the next rank coming home) */
+    int64_t per_tok = c->B * c->Hkv * (c->D + c->Dv) * (int64_t)attn_dtype_size(dt), sent = 0;
+    if (nranks > 1)
+        sent = (n - block_len(c, (rank + 1) % nranks)) * per_tok + n * per_tok;
+    assert_all(st.bytes_sent == sent && st.blocks_computed + st.blocks_skipped == nranks,
+               "backward stats");
+    for (int i = 0; i < 3; ++i) {
+        sd_free(&g[i]); sd_free(&ng[i]); sd_free(&gl[i]); sd_free(&before[i]);
+    }
+    sd_free(&dout); sd_free(&out); sd_free(&lse); sd_free(&doutl);
+    problem_free(&p);
+}
+
+START_TEST(ringbw_cases) {
+    static const rcase cs[] = {
+        {"bw_nc", 2, 2, 2, 8, 8, 5, 0, NC, CO, 0, 0, LY_CONTIG},
+        {"bw_causal_gqa", 2, 4, 2, 8, 6, 5, 1, CA, CO, 0, 0.6, LY_CONTIG},
+        {"bw_zigzag", 1, 2, 1, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_BTHD},
+        {"bw_empty_rank", 1, 2, 2, 4, 4, 4, 2, CA, CO, 0, 0, LY_NEG},
+        {"bw_ragged", 2, 2, 2, 8, 8, 5, 1, CA, ZZ, 2, 0, LY_PADDED},
+        {"bw_ragged_tail", 3, 2, 2, 4, 4, 5, 0, NC, CO, 1, 0, LY_COLMAJOR},
+        {"bw_long", 1, 1, 1, 4, 4, 260, 1, CA, CO, 0, 0, LY_CONTIG},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; ++i) {
+        run_backward(&cs[i], ATTN_F64);
+        run_backward(&cs[i], ATTN_F32);
+    }
+}
+END_TEST
+
+/* Only some gradients wanted (NULL ones are skipped); the workspace query and its size. */
+START_TEST(ringbw_partial) {
+    static const rcase c = {"bw_partial", 1, 2, 2, 4, 4, 4, 1, CA, ZZ, 0, 0, LY_CONTIG};
+    problem p;
+    problem_make(&c, ATTN_F64, &p);
+    attn_ring_opts ro = {.causal = CA, .layout = ZZ, .lse = &p.ll.v};
+    assert_status_all(attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                     NULL, 0), ATTN_OK, "forward");
+    uint64_t seed = 5;
+    sd_t dout = sd_make(ATTN_F64, p.ol.v.shape, LY_CONTIG, &seed, 1.0);
+    sd_t all[3], some[3];
+    const sd_t *loc[3] = {&p.ql, &p.kl, &p.vl};
+    for (int i = 0; i < 3; ++i) {
+        all[i] = sd_zeros(ATTN_F64, 4, loc[i]->v.shape);
+        some[i] = sd_zeros(ATTN_F64, 4, loc[i]->v.shape);
+    }
+    size_t need = attn_ring_sdpa_backward_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v,
+                                                         &p.vl.v, &ro);
+    assert_all(need > 0, "backward workspace size");
+    char *w = malloc(need);
+    attn_status s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro,
+                                            &p.ol.v, &p.ll.v, &dout.v, &all[0].v, &all[1].v,
+                                            &all[2].v, w, need);
+    assert_status_all(s, ATTN_OK, "all gradients, caller workspace");
+    s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                &p.ll.v, &dout.v, NULL, &some[1].v, NULL, w, need);
+    assert_status_all(s, ATTN_OK, "dk only");
+    snap s0 = snap_take(&some[0].v);
+    s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                &p.ll.v, &dout.v, &some[0].v, NULL, &some[2].v, w,
+                                rank == 0 ? need - 1 : need);
+    assert_status_all(s, ATTN_EWORKSPACE, "one byte short on rank 0");
+    assert_all(snap_same(&s0), "dq untouched");
+    s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                &p.ll.v, &dout.v, &some[0].v, NULL, &some[2].v, w, need);
+    assert_status_all(s, ATTN_OK, "dq and dv");
+    int64_t id[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int i = 0; i < 3; ++i)
+        assert_close_all(worst_rows(&some[i].v, &all[i].v, id, 0, 0), "partial = all",
+                         c.name, ATTN_F64);
+    free(w);
+    for (int i = 0; i < 3; ++i) { sd_free(&all[i]); sd_free(&some[i]); }
+    sd_free(&dout);
+    problem_free(&p);
+}
+END_TEST
+
+/* Backward errors: every rank gets the status; the gradients are untouched. */
+START_TEST(ringbw_errors) {
+    problem p;
+    problem_make(&err_case, ATTN_F64, &p);
+    attn_ring_opts ro = {.causal = CA};
+    sd_t dq = sd_zeros(ATTN_F64, 4, p.ql.v.shape), dk = sd_zeros(ATTN_F64, 4, p.kl.v.shape);
+    sd_t dv = sd_zeros(ATTN_F64, 4, p.vl.v.shape);
+    int last = nranks - 1;
+    for (int e = 0; e < 4; ++e) {
+        const attn_view *lse = &p.ll.v, *dout = &p.ol.v; /* values do not matter here */
+        attn_view *g[3] = {&dq.v, &dk.v, &dv.v};
+        attn_view bad;
+        attn_status want = ATTN_EINVAL;
+        if (e == 0 && rank == last) lse = NULL;                     /* lse missing */
+        if (e == 1) {
+            want = ATTN_EALIAS;
+            if (rank == 0) g[1] = &p.kl.v; /* dk is k itself */
+        }
+        if (e == 2) {
+            want = ATTN_ESHAPE;
+            if (rank == last) { bad = dv.v; bad.shape[3] -= 1; g[2] = &bad; }
+        }
+        if (e == 3) {
+            want = ATTN_EALIAS;
+            if (rank == 0) g[2] = &dk.v; /* dv is dk (same shapes here: D == Dv) */
+        }
+        snap sq = snap_take(&dq.v), sk = snap_take(&dk.v), sv = snap_take(&dv.v);
+        attn_status s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro,
+                                                &p.ol.v, lse, dout, g[0], g[1], g[2], NULL, 0);
+        assert_status_all(s, want, "backward error");
+        int same = snap_same(&sq) & snap_same(&sk) & snap_same(&sv);
+        assert_all(same, "gradients untouched");
+    }
+    sd_free(&dq); sd_free(&dk); sd_free(&dv);
+    problem_free(&p);
+}
+END_TEST
+
 static Suite *ring_suite(void) {
     Suite *s = suite_create("ring");
     TCase *tc = tcase_create("attn_ring_sdpa");
@@ -584,6 +789,12 @@ static Suite *ring_suite(void) {
     tcase_add_test(tc, ring_workspace);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
+    TCase *tb = tcase_create("attn_ring_sdpa_backward");
+    tcase_add_test(tb, ringbw_cases);
+    tcase_add_test(tb, ringbw_partial);
+    tcase_add_test(tb, ringbw_errors);
+    tcase_set_timeout(tb, 300);
+    suite_add_tcase(s, tb);
     TCase *tw = tcase_create("attn_ring_sdpa_workspace_size");
     tcase_add_test(tw, ringws_invalid);
     suite_add_tcase(s, tw);

@@ -122,6 +122,56 @@ ATTN_API size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_
                                               const attn_view *v_local,
                                               const attn_ring_opts *opts);
 
+/**
+ * Backward of attn_ring_sdpa, collective over comm, ACCUMULATING like
+ * attn_sdpa_backward (zero the gradients before the first backward of a
+ * step; each of dq_local, dk_local, dv_local may be NULL):
+ *   P = exp(scale q k^T - lse) over the visible global keys,
+ *   dv += P^T dout,  dS = P * (dout v^T - rowsum(dout * out)),
+ *   dq += scale dS k,  dk += scale dS^T q  (GQA: dk, dv sum their query heads),
+ * where dk, dv of rank r's block sum the contributions of every rank's
+ * queries. out_local (B, H, T_r, Dv) and lse_local (B, H, T_r) are this
+ * rank's outputs of the forward attn_ring_sdpa (run it with opts.lse set);
+ * dout_local has out's shape; dq_local, dk_local, dv_local have q's, k's,
+ * v's shapes, any strides. opts must be the forward's (scale, causal,
+ * layout, kv_len); opts->lse is ignored.
+ *
+ * Algorithm: the K/V blocks travel the ring as in the forward; each block's
+ * dK/dV accumulator travels one step behind it, picking up every rank's
+ * contribution (attn_sdpa_backward with the global out and lse, so each
+ * block's P is the global probability), and a last step brings each
+ * accumulator home to the block's owner. Each rank sends 2P - 1 messages.
+ * Memory per rank: five packed blocks of B Hkv T_max (D + Dv) elements (two
+ * K/V, two gradient accumulators, one scratch) plus attn_sdpa_backward's
+ * tiles.
+ *
+ * Aliasing: the gradients must not overlap any input or each other.
+ * Workspace: attn_ring_sdpa_backward_workspace_size(...) bytes (collective);
+ * work == NULL && work_size == 0 allocates for this call.
+ * Statuses as attn_ring_sdpa (every rank returns the same), with ATTN_EINVAL
+ * also for a NULL out_local, lse_local or dout_local. Gradients are
+ * untouched on every status except ATTN_EMPI raised during the exchange,
+ * after which they are unspecified. Since 0.1.
+ */
+ATTN_API attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_view *q_local,
+                                             const attn_view *k_local, const attn_view *v_local,
+                                             const attn_ring_opts *opts,
+                                             const attn_view *out_local,
+                                             const attn_view *lse_local,
+                                             const attn_view *dout_local, attn_view *dq_local,
+                                             attn_view *dk_local, attn_view *dv_local,
+                                             void *work, size_t work_size);
+
+/**
+ * Bytes of workspace attn_ring_sdpa_backward needs on this rank. Collective,
+ * like attn_ring_sdpa_workspace_size; 0 on every rank when the arguments
+ * are invalid on any rank. Since 0.1.
+ */
+ATTN_API size_t attn_ring_sdpa_backward_workspace_size(MPI_Comm comm, const attn_view *q_local,
+                                                       const attn_view *k_local,
+                                                       const attn_view *v_local,
+                                                       const attn_ring_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif
