@@ -125,7 +125,7 @@ static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
         p->cstr[i] = p->bshape[i] > 1 ? c->stride[i] : 0;
     if (attn__self_overlaps(c))
         return ATTN_ESTRIDE;
-    if (attn_view_overlaps(c, a) || attn_view_overlaps(c, b))
+    if (attn__overlaps_raw(c, a) || attn__overlaps_raw(c, b))
         return ATTN_EALIAS;
     if (!fits_int(p->c.r) || !fits_int(p->c.c) || !fits_int(p->a.c))
         return ATTN_ERANGE;

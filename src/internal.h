@@ -116,6 +116,34 @@ ATTN_HIDDEN double attn__vexp_sum_f64(double *x, int64_t n, double m);
 ATTN_HIDDEN float attn__vmax_f32(const float *x, int64_t n);
 ATTN_HIDDEN double attn__vmax_f64(const double *x, int64_t n);
 
+/*
+ * Byte range [lo, hi) an already-validated view can touch (hi == lo when
+ * empty), in integer arithmetic. The public attn_view_span/overlaps check
+ * the view first; hot internal paths that validated already use these.
+ */
+static inline void attn__span_raw(const attn_view *v, uintptr_t *lo, uintptr_t *hi) {
+    int64_t neg = 0, pos = 0;
+    *lo = *hi = (uintptr_t)v->data;
+    for (int k = 0; k < v->ndim; ++k) {
+        if (v->shape[k] == 0)
+            return;
+        int64_t e = v->stride[k] * (v->shape[k] - 1);
+        if (e < 0)
+            neg += e;
+        else
+            pos += e;
+    }
+    uintptr_t es = v->dtype == ATTN_F64 ? 8 : v->dtype == ATTN_F32 ? 4 : 1;
+    *lo = (uintptr_t)v->data + (uintptr_t)neg * es;
+    *hi = (uintptr_t)v->data + (uintptr_t)(pos + 1) * es;
+}
+static inline bool attn__overlaps_raw(const attn_view *a, const attn_view *b) {
+    uintptr_t alo, ahi, blo, bhi;
+    attn__span_raw(a, &alo, &ahi);
+    attn__span_raw(b, &blo, &bhi);
+    return alo != ahi && blo != bhi && alo < bhi && blo < ahi;
+}
+
 /* Debug-only invariant checks. */
 #include <assert.h>
 #define ATTN_ASSERT(x) assert(x)
