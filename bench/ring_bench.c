@@ -14,9 +14,10 @@ static void usage(void) {
     if (rank == 0)
         fprintf(stderr,
                 "usage: mpirun -np P attn-ring-bench [--n N] [--batch B] [--heads H]\n"
-                "       [--kv-heads Hkv] [--d D] [--reps R] [--f64] [--csv]\n"
+                "       [--kv-heads Hkv] [--d D] [--reps R] [--f64] [--backward] [--csv]\n"
                 "N: global sequence length (default 4096), split evenly over the P ranks.\n"
-                "Runs non-causal, causal contiguous and causal zigzag; prints one line each.\n");
+                "Runs non-causal, causal contiguous and causal zigzag; prints one line each.\n"
+                "--backward times attn_ring_sdpa_backward (after one forward) instead.\n");
     MPI_Finalize();
     exit(2);
 }
@@ -44,10 +45,11 @@ static void fill(attn_view *v, unsigned s) {
 }
 
 /*
- * The ring's exchange alone: P - 1 steps of MPI_Sendrecv of one K/V block, no
- * compute. What the overlapped call would cost in communication if nothing hid it.
+ * The ring's exchange alone: `steps` MPI_Sendrecv of one block, no compute (the
+ * forward: P - 1 K/V blocks; the backward: also P gradient blocks). What the
+ * overlapped call would cost in communication if nothing hid it.
  */
-static double exchange_seconds(size_t bytes, int reps) {
+static double exchange_seconds(size_t bytes, int steps, int reps) {
     if (P == 1)
         return 0;
     char *a = malloc(bytes ? bytes : 1), *b = malloc(bytes ? bytes : 1);
@@ -56,7 +58,7 @@ static double exchange_seconds(size_t bytes, int reps) {
     for (int r = 0; r < reps; ++r) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        for (int s = 0; s + 1 < P; ++s)
+        for (int s = 0; s < steps; ++s)
             MPI_Sendrecv(a, (int)bytes, MPI_BYTE, (rank + 1) % P, 0, b, (int)bytes, MPI_BYTE,
                          (rank + P - 1) % P, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         double t = MPI_Wtime() - t0, tmax;
@@ -75,7 +77,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &P);
     int64_t n = 4096, B = 1, H = 8, Hkv = 0, D = 64;
-    int reps = 5, csv = 0;
+    int reps = 5, csv = 0, bwd = 0;
     attn_dtype dt = ATTN_F32;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
@@ -88,6 +90,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
         else if (!strcmp(a, "--f64")) dt = ATTN_F64;
         else if (!strcmp(a, "--csv")) csv = 1;
+        else if (!strcmp(a, "--backward")) bwd = 1;
         else usage();
     }
     if (Hkv == 0) Hkv = H;
@@ -108,17 +111,27 @@ int main(int argc, char **argv) {
     fill(&k, 23u + (unsigned)rank);
     fill(&v, 37u + (unsigned)rank);
     size_t block = (size_t)(B * Hkv * T * 2 * D) * es;
-    double t_xchg = exchange_seconds(block, reps);
+    double t_xchg = exchange_seconds(block, bwd ? 2 * P - 1 : P - 1, reps);
+    void *lm = malloc((size_t)(B * H * T) * es), *dom = malloc((size_t)(B * H * T * D) * es);
+    void *gm[3] = {malloc((size_t)(B * H * T * D) * es), malloc((size_t)(B * Hkv * T * D) * es),
+                   malloc((size_t)(B * Hkv * T * D) * es)};
+    attn_view lse, dout, dq, dk, dv;
+    attn_view_init(&lse, dt, lm, 3, qs);
+    attn_view_init(&dout, dt, dom, 4, qs);
+    attn_view_init(&dq, dt, gm[0], 4, qs);
+    attn_view_init(&dk, dt, gm[1], 4, ks);
+    attn_view_init(&dv, dt, gm[2], 4, ks);
+    fill(&dout, 51u + (unsigned)rank);
     const char *env = getenv("OMP_NUM_THREADS");
     if (rank == 0) {
         if (csv)
             printf("P,mode,n,B,H,Hkv,D,dtype,threads,ms_per_call,bytes_sent_per_rank,"
                    "exchange_ms,wait_ms,hidden_pct,compute_max_ms,compute_min_ms,gflops_total\n");
         else
-            printf("attn-ring-bench: P=%d n=%lld B=%lld H=%lld Hkv=%lld D=%lld %s, "
+            printf("attn-ring-bench%s: P=%d n=%lld B=%lld H=%lld Hkv=%lld D=%lld %s, "
                    "OMP_NUM_THREADS=%s, median of %d calls (slowest rank)\n"
                    "%-14s %9s %11s %9s %9s %7s %17s %8s\n",
-                   P, (long long)n, (long long)B, (long long)H, (long long)Hkv, (long long)D,
+                   bwd ? " --backward" : "", P, (long long)n, (long long)B, (long long)H, (long long)Hkv, (long long)D,
                    dt == ATTN_F32 ? "f32" : "f64", env ? env : "unset", reps, "mode",
                    "ms/call", "bytes sent", "xchg ms", "wait ms", "hidden", "compute ms max/min",
                    "GFLOP/s");
@@ -129,17 +142,21 @@ int main(int argc, char **argv) {
                     {"causal-zigzag", ATTN_CAUSAL_TOP_LEFT, ATTN_RING_ZIGZAG}};
     for (int m = 0; m < 3; ++m) {
         attn_ring_stats st;
-        attn_ring_opts ro = {.causal = modes[m].causal, .layout = modes[m].layout, .stats = &st};
-        size_t need = attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro);
+        attn_ring_opts ro = {.causal = modes[m].causal, .layout = modes[m].layout, .stats = &st,
+                             .lse = &lse};
+        size_t need = bwd ? attn_ring_sdpa_backward_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro)
+                          : attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro);
         void *work = malloc(need);
-        attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, work, need); /* warm */
+        attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, NULL, 0); /* warm */
         if (s) die("attn_ring_sdpa", s);
         double t[100], wait = 0, cmax = 0, cmin = 0;
         int64_t sent = 0;
         for (int r = 0; r < reps; ++r) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
-            s = attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, work, need);
+            s = bwd ? attn_ring_sdpa_backward(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, &lse, &dout,
+                                              &dq, &dk, &dv, work, need)
+                    : attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, work, need);
             double dtm = MPI_Wtime() - t0, w = st.wait_seconds, tmax, wmax;
             if (s) die("attn_ring_sdpa", s);
             /* this rank's attention work (attn_sdpa and merges): the load balance */
@@ -156,8 +173,9 @@ int main(int argc, char **argv) {
         free(work);
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         double med = t[reps / 2];
-        /* 4 B H n^2 D flops (QK^T and PV) over the whole sequence, half under a causal mask */
-        double flops = 4.0 * (double)B * (double)H * (double)n * (double)n * (double)D;
+        /* 4 B H n^2 D flops (QK^T and PV) over the whole sequence, half under a causal mask;
+           the backward: 10 B H n^2 D (QK^T and dO V^T again, dV, dQ, dK) */
+        double flops = (bwd ? 10.0 : 4.0) * (double)B * (double)H * (double)n * (double)n * (double)D;
         if (modes[m].causal) flops *= 0.5;
         double hidden = t_xchg > 0 ? 100.0 * (1.0 - (wait < t_xchg ? wait : t_xchg) / t_xchg) : 0;
         if (rank == 0) {
@@ -173,7 +191,8 @@ int main(int argc, char **argv) {
                        hidden, cmax * 1e3, cmin * 1e3, flops / med * 1e-9);
         }
     }
-    free(qm); free(km); free(vm); free(om);
+    free(qm); free(km); free(vm); free(om); free(lm); free(dom);
+    for (int i = 0; i < 3; ++i) free(gm[i]);
     MPI_Finalize();
     return 0;
 }
