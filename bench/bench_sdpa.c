@@ -7,11 +7,14 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
+static double clock_s(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
+/* CPU seconds of the whole process: robust to other processes on a shared machine */
+static double cpu(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -36,7 +39,7 @@ static void die(const char *what, attn_status st) {
 }
 
 /* Median seconds of `reps` attn_gemm calls on an n^3 f32 product (the BLAS's own threads). */
-static double sgemm_gflops(int64_t n, int reps) {
+static double sgemm_gflops(int64_t n, int reps, double *cpu_gf) {
     size_t nn = (size_t)(n * n);
     float *a = malloc(nn * 4), *b = malloc(nn * 4), *c = malloc(nn * 4);
     unsigned s = 7;
@@ -47,16 +50,19 @@ static double sgemm_gflops(int64_t n, int reps) {
     attn_view_init(&A, ATTN_F32, a, 2, sh);
     attn_view_init(&B, ATTN_F32, b, 2, sh);
     attn_view_init(&C, ATTN_F32, c, 2, sh);
-    double t[16];
+    double t[16], tc[16];
     attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
     if (st) die("attn_gemm", st);
     for (int r = 0; r < reps; ++r) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu();
         attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
         t[r] = now() - t0;
+        tc[r] = cpu() - c0;
     }
     free(a); free(b); free(c);
-    return 2.0 * (double)n * (double)n * (double)n / median(t, reps) * 1e-9;
+    double flop = 2.0 * (double)n * (double)n * (double)n;
+    *cpu_gf = flop / median(tc, reps) * 1e-9;
+    return flop / median(t, reps) * 1e-9;
 }
 
 static void usage(void) {
@@ -64,7 +70,8 @@ static void usage(void) {
             "usage: attn-bench-sdpa [-t T]... [-a tiled|mat|both] [-c 0|1|both] [-r reps]\n"
             "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-n]\n"
             "  B=1, H=12, D=64, f32; default T = 256 512 ... 8192. -n: skip the sgemm.\n"
-            "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal); time = median of reps.\n");
+            "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal); time = median of reps.\n"
+            "  cpu ms: process CPU time per call; GF/cpu-s: GFLOP per CPU second (all threads).\n");
     exit(2);
 }
 
@@ -89,10 +96,10 @@ int main(int argc, char **argv) {
     if (reps < 1 || reps > 16) usage();
     if (nT == 0)
         for (int64_t T = 256; T <= 8192; T *= 2) Ts[nT++] = T;
-    double peak = do_gemm ? sgemm_gflops(2048, reps) : 0;
+    double peak_cpu = 0, peak = do_gemm ? sgemm_gflops(2048, reps, &peak_cpu) : 0;
     if (do_gemm)
-        printf("sgemm 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s (median of %d)\n", peak,
-               reps);
+        printf("sgemm 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s wall, %.1f per CPU "
+               "second (medians of %d)\n", peak, peak_cpu, reps);
     {
         float dummy = 0;
         attn_view q;
@@ -103,7 +110,8 @@ int main(int argc, char **argv) {
         printf("tiled workspace at T=65536: %.2f MiB\n",
                (double)attn_sdpa_workspace_size(&q, &q, &q, &o) / (1 << 20));
     }
-    printf("%6s %6s %6s %10s %9s %7s\n", "T", "algo", "causal", "ms", "GFLOP/s", "%sgemm");
+    printf("%6s %6s %6s %10s %9s %7s %10s %9s\n", "T", "algo", "causal", "ms", "GFLOP/s",
+           "%sgemm", "cpu ms", "GF/cpu-s");
     for (int64_t ti = 0; ti < nT; ++ti) {
         int64_t T = Ts[ti];
         size_t n = (size_t)(H * T * D);
@@ -129,18 +137,19 @@ int main(int argc, char **argv) {
                 void *work = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
                 attn_status st = attn_sdpa(&Q, &K, &V, &op, &O, work, ws); /* warm-up */
                 if (st) die("attn_sdpa", st);
-                double t[16];
+                double t[16], tc[16];
                 for (int r = 0; r < reps; ++r) {
-                    double t0 = now();
+                    double t0 = now(), c0 = cpu();
                     attn_sdpa(&Q, &K, &V, &op, &O, work, ws);
                     t[r] = now() - t0;
+                    tc[r] = cpu() - c0;
                 }
-                double sec = median(t, reps);
+                double sec = median(t, reps), csec = median(tc, reps);
                 double flop = 4.0 * (double)H * (double)T * (double)T * (double)D * (c ? 0.5 : 1);
                 double gf = flop / sec * 1e-9;
-                printf("%6lld %6s %6s %10.3f %9.1f %7.1f\n", (long long)T,
+                printf("%6lld %6s %6s %10.3f %9.1f %7.1f %10.3f %9.1f\n", (long long)T,
                        alg == 1 ? "mat" : "tiled", c ? "yes" : "no", sec * 1e3, gf,
-                       peak > 0 ? 100 * gf / peak : 0.0);
+                       peak > 0 ? 100 * gf / peak : 0.0, csec * 1e3, flop / csec * 1e-9);
                 fflush(stdout);
                 free(work);
             }

@@ -15,8 +15,8 @@
 
 /* Default tiles (docs/design.md "sdpa": measured on the 2-core machine). */
 #define ATTN__SDPA_BQ 128    /* query rows per task (tiled) */
-#define ATTN__SDPA_BK 256    /* keys per tile (tiled) */
-#define ATTN__SDPA_BQ_MAT 32 /* query rows per task (materialized: bq x Tk scores) */
+#define ATTN__SDPA_BK 512    /* keys per tile (tiled) */
+#define ATTN__SDPA_BQ_MAT 64 /* query rows per task (materialized: bq x Tk scores) */
 
 /* Element (i0, i1, i2, i3) of a 4-D view, and (i0, i1, i2) of a 3-D one. */
 static inline void *attn__at4(const attn_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
