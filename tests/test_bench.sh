@@ -1,0 +1,120 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# attn-bench on tiny sizes: its CSV columns, the analytic counts against the formulas
+# recomputed here, the seed's table verbatim, and exit status 2 on bad arguments. TAP.
+bench="$1"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+n_tests=0; failed=0
+ok() { n_tests=$((n_tests + 1)); echo "ok $n_tests - $1"; }
+not_ok() {
+  n_tests=$((n_tests + 1)); failed=1; echo "not ok $n_tests - $1"
+  [ -s "$tmp/err" ] && sed 's/^/# /' "$tmp/err"
+  return 0
+}
+check() { # description, then a command
+  d="$1"; shift
+  if "$@"; then ok "$d"; else not_ok "$d"; fi
+}
+
+# --- the lecture-7 seed's table, as the seed prints it (python3 seed 003, demo 6) ---
+cat >"$tmp/seed" <<'EOF'
+        128               0.91           0.03           2.7%
+        512               3.62           0.40          10.0%
+       1024               7.25           1.61          18.2%
+       4096              28.99          25.77          47.1%
+      16384             115.96         412.32          78.0%
+      65536             463.86        6597.07          93.4%
+EOF
+"$bench" --seed-table >"$tmp/table" 2>"$tmp/err"
+tail -n 6 "$tmp/table" >"$tmp/rows"
+check "seed table (d 768, n 128..65536) reproduced byte for byte" cmp -s "$tmp/seed" "$tmp/rows"
+
+# --- the columns every consumer (compare_torch.py, the docs) relies on ---
+expected="d,heads,d_head,ff,batch,dtype,causal,algo,threads,n,reps,warmup"
+for k in macs flops; do
+  for p in lin attn mha block; do expected="$expected,${p}_$k"; done
+done
+expected="$expected,attn_share"
+for p in lin attn mha block; do expected="$expected,${p}_ms_median,${p}_ms_min,${p}_ms_max"; done
+for p in lin attn mha block; do expected="$expected,${p}_gflops"; done
+expected="$expected,gemm_gflops"
+for p in lin attn mha block; do expected="$expected,${p}_frac_gemm"; done
+for p in lin attn mha block; do expected="$expected,${p}_ws_bytes"; done
+expected="$expected,theory_crossover,measured_crossover,crossover_kind"
+
+# Recompute the analytic columns from the formulas: linear B(4 n d^2 + 2 n d F),
+# attention B 2 n^2 d (B n^2 d causal), MHA B 4 n d^2 + attention, block linear +
+# attention, FLOPs = 2 MAC, theory crossover 2d + F (doubled causal).
+verify() { # csv, d, heads, ff, batch, causal, rows expected
+  awk -F, -v d="$2" -v h="$3" -v f="$4" -v b="$5" -v causal="$6" -v rows="$7" '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    {
+      n = $col["n"]; seen++
+      lin = b * (4 * n * d * d + 2 * n * d * f)
+      att = b * 2 * n * n * d; if (causal) att = att / 2
+      want["lin"] = lin; want["attn"] = att; want["mha"] = b * 4 * n * d * d + att
+      want["block"] = lin + att
+      for (p in want) {
+        if ($col[p "_macs"] != want[p]) { print "n " n ": " p "_macs " $col[p "_macs"] " != " want[p]; bad = 1 }
+        if ($col[p "_flops"] != 2 * want[p]) { print "n " n ": " p "_flops wrong"; bad = 1 }
+        if (!($col[p "_ms_median"] > 0) || $col[p "_ms_min"] > $col[p "_ms_median"] ||
+            $col[p "_ms_median"] > $col[p "_ms_max"]) { print "n " n ": " p " times not ordered"; bad = 1 }
+        if (!($col[p "_gflops"] > 0)) { print "n " n ": " p "_gflops not positive"; bad = 1 }
+      }
+      if ($col["d"] != d || $col["heads"] != h || $col["d_head"] != d / h || $col["ff"] != f ||
+          $col["batch"] != b || $col["causal"] != causal) { print "config columns wrong"; bad = 1 }
+      if ($col["theory_crossover"] != (2 * d + f) * (causal ? 2 : 1)) { print "theory crossover wrong"; bad = 1 }
+      if (!($col["gemm_gflops"] > 0)) { print "gemm_gflops not positive"; bad = 1 }
+      share = att / (lin + att)
+      if ($col["attn_share"] - share > 1e-6 || share - $col["attn_share"] > 1e-6) { print "attn_share wrong"; bad = 1 }
+    }
+    END { if (seen != rows) { print seen " rows, want " rows; bad = 1 }; exit bad }' "$1" >"$tmp/err"
+}
+
+run() { # csv, then attn-bench arguments
+  out="$1"; shift
+  "$bench" --threads 1 --reps 1 --warmup 0 --csv "$out" "$@" >"$tmp/out" 2>"$tmp/err"
+}
+
+if run "$tmp/a.csv" --d 32 --heads 2 --n 8,16,32 --json "$tmp/a.json"; then
+  ok "attn-bench --d 32 --heads 2 --n 8,16,32 runs"
+else
+  not_ok "attn-bench --d 32 --heads 2 --n 8,16,32 runs"
+fi
+check "CSV header has the documented columns" test "$(head -n 1 "$tmp/a.csv")" = "$expected"
+check "CSV n column is 8, 16, 32" test "$(cut -d, -f10 "$tmp/a.csv" | tail -n +2 | tr '\n' ' ')" = "8 16 32 "
+check "analytic MACs/FLOPs (F = 4d) match the formulas" verify "$tmp/a.csv" 32 2 128 1 0 3
+check "JSON written with its runs" grep -q '"runs"' "$tmp/a.json"
+check "stdout has the analytic table and a crossover line" \
+  sh -c "grep -q 'attn share' '$tmp/out' && grep -q '^Crossover: theory 6d = 192' '$tmp/out'"
+
+run "$tmp/b.csv" --d 32 --heads 4 --ff 48 --batch 2 --causal --nmin 8 --nmax 32 --dtype f64 --algo tiled
+check "causal, batch 2, F 48, f64, --nmin/--nmax: MACs match the formulas" verify "$tmp/b.csv" 32 4 48 2 1 3
+run "$tmp/c.csv" --d 16 --heads 2 --n 12 --algo materialized
+check "materialized algorithm runs and counts right" verify "$tmp/c.csv" 16 2 64 1 0 1
+
+# --- bad arguments: one line on stderr, exit status 2, never a crash ---
+bad() { # description, then arguments
+  d="$1"; shift
+  "$bench" "$@" >/dev/null 2>"$tmp/err"; rc=$?
+  if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then ok "$d: exit 2, one line"
+  else echo "# exit status $rc" >>"$tmp/err"; not_ok "$d"; fi
+}
+bad "unknown flag" --frobnicate
+bad "n zero" --n 0
+bad "n negative" --n 16,-4
+bad "n not a number" --n 16,abc
+bad "d zero" --d 0 --heads 1
+bad "d negative" --d -8
+bad "heads not dividing d" --d 32 --heads 5
+bad "d not a multiple of 64 without --heads" --d 100
+bad "dtype unknown" --dtype f16
+bad "algo unknown" --algo fast
+bad "missing value" --reps
+bad "plot suffix" --plot out.pdf
+bad "--quick with --d" --quick --d 128
+bad "workspace that cannot be allocated" --threads 1 --d 1024 --heads 16 --ff 64 --n 4194304
+bad "counts that overflow" --d 1048576 --heads 1 --n 1099511627776
+
+echo "1..$n_tests"
+exit $failed
