@@ -65,22 +65,55 @@ static double sgemm_gflops(int64_t n, int reps, double *cpu_gf) {
     return flop / median(t, reps) * 1e-9;
 }
 
+/* One timed call: the forward, or the backward from the forward's out and lse. */
+typedef struct call {
+    attn_view q, k, v, o, lse, dout, dq, dk, dv;
+    attn_sdpa_opts op;
+    void *work;
+    size_t ws;
+    int bwd;
+} call;
+
+static attn_status run(call *c) {
+    if (!c->bwd)
+        return attn_sdpa(&c->q, &c->k, &c->v, &c->op, &c->o, c->work, c->ws);
+    return attn_sdpa_backward(&c->q, &c->k, &c->v, &c->op, &c->o, &c->lse, &c->dout, &c->dq,
+                              &c->dk, &c->dv, c->work, c->ws);
+}
+
+/* Median wall and process-CPU seconds of `reps` calls after one warm-up. */
+static void time_call(call *c, int reps, double *wall, double *cpus) {
+    attn_status st = run(c);
+    if (st) die(c->bwd ? "attn_sdpa_backward" : "attn_sdpa", st);
+    double t[16], tc[16];
+    for (int r = 0; r < reps; ++r) {
+        double t0 = now(), c0 = cpu();
+        run(c);
+        t[r] = now() - t0;
+        tc[r] = cpu() - c0;
+    }
+    *wall = median(t, reps);
+    *cpus = median(tc, reps);
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: attn-bench-sdpa [-t T]... [-a tiled|mat|both] [-c 0|1|both] [-r reps]\n"
-            "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-n]\n"
+            "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-n] [-b]\n"
             "  B=1, H=12, D=64, f32; default T = 256 512 ... 8192. -n: skip the sgemm.\n"
             "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal); time = median of reps.\n"
-            "  cpu ms: process CPU time per call; GF/cpu-s: GFLOP per CPU second (all threads).\n");
+            "  cpu ms: process CPU time per call; GF/cpu-s: GFLOP per CPU second (all threads).\n"
+            "  -b: also time attn_sdpa_backward (dq, dk, dv; counted as 2.5x the forward).\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int64_t Ts[16], nT = 0, H = 12, D = 64, bq = 0, bk = 0;
-    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1;
+    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1, do_bwd = 0;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-n")) { do_gemm = 0; continue; }
+        if (!strcmp(a, "-b")) { do_bwd = 1; continue; }
         if (!v) usage();
         ++i;
         if (!strcmp(a, "-t") && nT < 16) Ts[nT++] = atoll(v);
@@ -113,48 +146,48 @@ int main(int argc, char **argv) {
     printf("%6s %6s %6s %10s %9s %7s %10s %9s\n", "T", "algo", "causal", "ms", "GFLOP/s",
            "%sgemm", "cpu ms", "GF/cpu-s");
     for (int64_t ti = 0; ti < nT; ++ti) {
-        int64_t T = Ts[ti];
+        int64_t T = Ts[ti], sh[4] = {1, H, T, D};
         size_t n = (size_t)(H * T * D);
-        float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4);
+        float *buf[8];
+        call c = {0};
+        attn_view *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.dout, &c.dq, &c.dk, &c.dv};
         unsigned s = 1;
-        fill(q, n, &s);
-        fill(k, n, &s);
-        fill(v, n, &s);
-        attn_view Q, K, V, O;
-        int64_t sh[4] = {1, H, T, D};
-        attn_view_init(&Q, ATTN_F32, q, 4, sh);
-        attn_view_init(&K, ATTN_F32, k, 4, sh);
-        attn_view_init(&V, ATTN_F32, v, 4, sh);
-        attn_view_init(&O, ATTN_F32, o, 4, sh);
+        for (int i = 0; i < 8; ++i) {
+            buf[i] = malloc(n * 4);
+            fill(buf[i], n, &s);
+            attn_view_init(views[i], ATTN_F32, buf[i], 4, sh);
+        }
+        float *lse = malloc((size_t)(H * T) * 4);
+        attn_view_init(&c.lse, ATTN_F32, lse, 3, sh);
         for (int alg = 1; alg <= 2; ++alg) {
             if (!(algos & alg)) continue;
-            for (int c = 0; c < 2; ++c) {
-                if (!(causals & (1 << c))) continue;
+            for (int cz = 0; cz < 2; ++cz) {
+                if (!(causals & (1 << cz))) continue;
                 attn_sdpa_opts op = {.algo = alg == 1 ? ATTN_ALGO_MATERIALIZED : ATTN_ALGO_TILED,
-                                     .causal = c ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
-                                     .threads = threads, .block_q = bq, .block_k = bk};
-                size_t ws = attn_sdpa_workspace_size(&Q, &K, &V, &op);
-                void *work = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
-                attn_status st = attn_sdpa(&Q, &K, &V, &op, &O, work, ws); /* warm-up */
-                if (st) die("attn_sdpa", st);
-                double t[16], tc[16];
-                for (int r = 0; r < reps; ++r) {
-                    double t0 = now(), c0 = cpu();
-                    attn_sdpa(&Q, &K, &V, &op, &O, work, ws);
-                    t[r] = now() - t0;
-                    tc[r] = cpu() - c0;
+                                     .causal = cz ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
+                                     .threads = threads, .block_q = bq, .block_k = bk,
+                                     .lse = &c.lse};
+                c.op = op;
+                for (c.bwd = 0; c.bwd <= do_bwd; ++c.bwd) {
+                    c.ws = c.bwd ? attn_sdpa_backward_workspace_size(&c.q, &c.k, &c.v, &op)
+                                 : attn_sdpa_workspace_size(&c.q, &c.k, &c.v, &op);
+                    c.work = aligned_alloc(64, (c.ws + 63) / 64 * 64 + 64);
+                    double sec, csec;
+                    time_call(&c, reps, &sec, &csec);
+                    double flop = 4.0 * (double)H * (double)T * (double)T * (double)D *
+                                  (cz ? 0.5 : 1) * (c.bwd ? 2.5 : 1);
+                    double gf = flop / sec * 1e-9;
+                    printf("%6lld %6s %6s %10.3f %9.1f %7.1f %10.3f %9.1f\n", (long long)T,
+                           alg == 1 ? (c.bwd ? "mat-bw" : "mat") : (c.bwd ? "til-bw" : "tiled"),
+                           cz ? "yes" : "no", sec * 1e3, gf, peak > 0 ? 100 * gf / peak : 0.0,
+                           csec * 1e3, flop / csec * 1e-9);
+                    fflush(stdout);
+                    free(c.work);
                 }
-                double sec = median(t, reps), csec = median(tc, reps);
-                double flop = 4.0 * (double)H * (double)T * (double)T * (double)D * (c ? 0.5 : 1);
-                double gf = flop / sec * 1e-9;
-                printf("%6lld %6s %6s %10.3f %9.1f %7.1f %10.3f %9.1f\n", (long long)T,
-                       alg == 1 ? "mat" : "tiled", c ? "yes" : "no", sec * 1e3, gf,
-                       peak > 0 ? 100 * gf / peak : 0.0, csec * 1e3, flop / csec * 1e-9);
-                fflush(stdout);
-                free(work);
             }
         }
-        free(q); free(k); free(v); free(o);
+        for (int i = 0; i < 8; ++i) free(buf[i]);
+        free(lse);
     }
     return 0;
 }
