@@ -82,26 +82,39 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         int more = i + 1 < argc;
-        if (!strcmp(a, "--n") && more) n = atoll(argv[++i]);
-        else if (!strcmp(a, "--batch") && more) B = atoll(argv[++i]);
-        else if (!strcmp(a, "--heads") && more) H = atoll(argv[++i]);
-        else if (!strcmp(a, "--kv-heads") && more) Hkv = atoll(argv[++i]);
-        else if (!strcmp(a, "--d") && more) D = atoll(argv[++i]);
-        else if (!strcmp(a, "--reps") && more) reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--f64")) dt = ATTN_F64;
-        else if (!strcmp(a, "--csv")) csv = 1;
-        else if (!strcmp(a, "--backward")) bwd = 1;
-        else usage();
+        if (!strcmp(a, "--n") && more)
+            n = atoll(argv[++i]);
+        else if (!strcmp(a, "--batch") && more)
+            B = atoll(argv[++i]);
+        else if (!strcmp(a, "--heads") && more)
+            H = atoll(argv[++i]);
+        else if (!strcmp(a, "--kv-heads") && more)
+            Hkv = atoll(argv[++i]);
+        else if (!strcmp(a, "--d") && more)
+            D = atoll(argv[++i]);
+        else if (!strcmp(a, "--reps") && more)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--f64"))
+            dt = ATTN_F64;
+        else if (!strcmp(a, "--csv"))
+            csv = 1;
+        else if (!strcmp(a, "--backward"))
+            bwd = 1;
+        else
+            usage();
     }
-    if (Hkv == 0) Hkv = H;
+    if (Hkv == 0)
+        Hkv = H;
     if (n < P || n % P || B < 1 || H < 1 || Hkv < 1 || H % Hkv || D < 1 || reps < 1 ||
         reps > 100)
         usage();
     int64_t T = n / P;
     size_t es = attn_dtype_size(dt);
     int64_t qs[4] = {B, H, T, D}, ks[4] = {B, Hkv, T, D};
-    void *qm = malloc((size_t)(B * H * T * D) * es), *km = malloc((size_t)(B * Hkv * T * D) * es);
-    void *vm = malloc((size_t)(B * Hkv * T * D) * es), *om = malloc((size_t)(B * H * T * D) * es);
+    void *qm = malloc((size_t)(B * H * T * D) * es),
+         *km = malloc((size_t)(B * Hkv * T * D) * es);
+    void *vm = malloc((size_t)(B * Hkv * T * D) * es),
+         *om = malloc((size_t)(B * H * T * D) * es);
     attn_view q, k, v, o;
     attn_view_init(&q, dt, qm, 4, qs);
     attn_view_init(&k, dt, km, 4, ks);
@@ -125,30 +138,36 @@ int main(int argc, char **argv) {
     const char *env = getenv("OMP_NUM_THREADS");
     if (rank == 0) {
         if (csv)
-            printf("P,mode,n,B,H,Hkv,D,dtype,threads,ms_per_call,bytes_sent_per_rank,"
-                   "exchange_ms,wait_ms,hidden_pct,compute_max_ms,compute_min_ms,gflops_total\n");
+            printf(
+                "P,mode,n,B,H,Hkv,D,dtype,threads,ms_per_call,bytes_sent_per_rank,"
+                "exchange_ms,wait_ms,hidden_pct,compute_max_ms,compute_min_ms,gflops_total\n");
         else
             printf("attn-ring-bench%s: P=%d n=%lld B=%lld H=%lld Hkv=%lld D=%lld %s, "
                    "OMP_NUM_THREADS=%s, median of %d calls (slowest rank)\n"
                    "%-14s %9s %11s %9s %9s %7s %17s %8s\n",
-                   bwd ? " --backward" : "", P, (long long)n, (long long)B, (long long)H, (long long)Hkv, (long long)D,
-                   dt == ATTN_F32 ? "f32" : "f64", env ? env : "unset", reps, "mode",
-                   "ms/call", "bytes sent", "xchg ms", "wait ms", "hidden", "compute ms max/min",
-                   "GFLOP/s");
+                   bwd ? " --backward" : "", P, (long long)n, (long long)B, (long long)H,
+                   (long long)Hkv, (long long)D, dt == ATTN_F32 ? "f32" : "f64",
+                   env ? env : "unset", reps, "mode", "ms/call", "bytes sent", "xchg ms",
+                   "wait ms", "hidden", "compute ms max/min", "GFLOP/s");
     }
-    static const struct { const char *name; attn_causal causal; attn_ring_layout layout; }
-        modes[3] = {{"noncausal", ATTN_CAUSAL_NONE, ATTN_RING_CONTIGUOUS},
-                    {"causal", ATTN_CAUSAL_TOP_LEFT, ATTN_RING_CONTIGUOUS},
-                    {"causal-zigzag", ATTN_CAUSAL_TOP_LEFT, ATTN_RING_ZIGZAG}};
+    static const struct {
+        const char *name;
+        attn_causal causal;
+        attn_ring_layout layout;
+    } modes[3] = {{"noncausal", ATTN_CAUSAL_NONE, ATTN_RING_CONTIGUOUS},
+                  {"causal", ATTN_CAUSAL_TOP_LEFT, ATTN_RING_CONTIGUOUS},
+                  {"causal-zigzag", ATTN_CAUSAL_TOP_LEFT, ATTN_RING_ZIGZAG}};
     for (int m = 0; m < 3; ++m) {
         attn_ring_stats st;
-        attn_ring_opts ro = {.causal = modes[m].causal, .layout = modes[m].layout, .stats = &st,
-                             .lse = &lse};
-        size_t need = bwd ? attn_ring_sdpa_backward_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro)
-                          : attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro);
+        attn_ring_opts ro = {
+            .causal = modes[m].causal, .layout = modes[m].layout, .stats = &st, .lse = &lse};
+        size_t need =
+            bwd ? attn_ring_sdpa_backward_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro)
+                : attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &q, &k, &v, &ro);
         void *work = malloc(need);
         attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, NULL, 0); /* warm */
-        if (s) die("attn_ring_sdpa", s);
+        if (s)
+            die("attn_ring_sdpa", s);
         double t[100], wait = 0, cmax = 0, cmin = 0;
         int64_t sent = 0;
         for (int r = 0; r < reps; ++r) {
@@ -158,7 +177,8 @@ int main(int argc, char **argv) {
                                               &dq, &dk, &dv, work, need)
                     : attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &ro, &o, work, need);
             double dtm = MPI_Wtime() - t0, w = st.wait_seconds, tmax, wmax;
-            if (s) die("attn_ring_sdpa", s);
+            if (s)
+                die("attn_ring_sdpa", s);
             /* this rank's attention work (attn_sdpa and merges): the load balance */
             double c[2] = {st.compute_seconds, -st.compute_seconds}, cr[2];
             MPI_Allreduce(&dtm, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -175,24 +195,35 @@ int main(int argc, char **argv) {
         double med = t[reps / 2];
         /* 4 B H n^2 D flops (QK^T and PV) over the whole sequence, half under a causal mask;
            the backward: 10 B H n^2 D (QK^T and dO V^T again, dV, dQ, dK) */
-        double flops = (bwd ? 10.0 : 4.0) * (double)B * (double)H * (double)n * (double)n * (double)D;
-        if (modes[m].causal) flops *= 0.5;
-        double hidden = t_xchg > 0 ? 100.0 * (1.0 - (wait < t_xchg ? wait : t_xchg) / t_xchg) : 0;
+        double flops =
+            (bwd ? 10.0 : 4.0) * (double)B * (double)H * (double)n * (double)n * (double)D;
+        if (modes[m].causal)
+            flops *= 0.5;
+        double hidden =
+            t_xchg > 0 ? 100.0 * (1.0 - (wait < t_xchg ? wait : t_xchg) / t_xchg) : 0;
         if (rank == 0) {
             if (csv)
-                printf("%d,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%.3f,%lld,%.3f,%.3f,%.1f,%.3f,%.3f,"
-                       "%.2f\n", P, modes[m].name, (long long)n, (long long)B, (long long)H,
-                       (long long)Hkv, (long long)D, dt == ATTN_F32 ? "f32" : "f64",
-                       env ? env : "", med * 1e3, (long long)sent, t_xchg * 1e3, wait * 1e3,
-                       hidden, cmax * 1e3, cmin * 1e3, flops / med * 1e-9);
+                printf(
+                    "%d,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%.3f,%lld,%.3f,%.3f,%.1f,%.3f,%.3f,"
+                    "%.2f\n",
+                    P, modes[m].name, (long long)n, (long long)B, (long long)H, (long long)Hkv,
+                    (long long)D, dt == ATTN_F32 ? "f32" : "f64", env ? env : "", med * 1e3,
+                    (long long)sent, t_xchg * 1e3, wait * 1e3, hidden, cmax * 1e3, cmin * 1e3,
+                    flops / med * 1e-9);
             else
                 printf("%-14s %9.1f %11lld %9.2f %9.2f %6.1f%% %8.1f/%8.1f %8.2f\n",
                        modes[m].name, med * 1e3, (long long)sent, t_xchg * 1e3, wait * 1e3,
                        hidden, cmax * 1e3, cmin * 1e3, flops / med * 1e-9);
         }
     }
-    free(qm); free(km); free(vm); free(om); free(lm); free(dom);
-    for (int i = 0; i < 3; ++i) free(gm[i]);
+    free(qm);
+    free(km);
+    free(vm);
+    free(om);
+    free(lm);
+    free(dom);
+    for (int i = 0; i < 3; ++i)
+        free(gm[i]);
     MPI_Finalize();
     return 0;
 }

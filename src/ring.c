@@ -8,12 +8,12 @@
 #include "attn/ring.h"
 #include "sdpa_internal.h" /* ATTN__SDPA_LSE_EMPTY: the lse of a row that sees no key */
 
-#define T float
+#define T         float
 #define SFX(name) name##_f32
 #include "tmpl/ring.h"
 #undef T
 #undef SFX
-#define T double
+#define T         double
 #define SFX(name) name##_f64
 #include "tmpl/ring.h"
 #undef T
@@ -31,9 +31,9 @@ enum { F_DTYPE, F_B, F_H, F_HKV, F_D, F_DV, F_CAUSAL, F_LAYOUT, F_SCALE, NF };
 
 /* The views of a call beyond q, k, v (NULL: absent). */
 typedef struct ring_io {
-    attn_view       *out, *lse;         /* forward: outputs */
-    const attn_view *fout, *flse, *dout;/* backward: the forward's out and lse, and dout */
-    attn_view       *dq, *dk, *dv;      /* backward: gradients, accumulated */
+    attn_view *out, *lse;                /* forward: outputs */
+    const attn_view *fout, *flse, *dout; /* backward: the forward's out and lse, and dout */
+    attn_view *dq, *dk, *dv;             /* backward: gradients, accumulated */
 } ring_io;
 
 /* Workspace blocks, in order. X0..X2 are the forward's piece out, piece lse and running
@@ -43,21 +43,21 @@ enum { W_GATHER, W_KV0, W_KV1, W_X0, W_X1, W_X2, W_KLEN, W_SDPA, W_COUNT };
 
 /* Validated arguments of one call and the carving of its workspace. */
 typedef struct ring_ctx {
-    MPI_Comm         comm; /* our duplicate of the caller's communicator */
-    int              rank, P;
-    bool             bwd;  /* attn_ring_sdpa_backward */
-    attn_dtype       dt;
-    size_t           es;
-    int64_t          B, H, Hkv, D, Dv, T, Tmax; /* T: this rank's block; Tmax: the longest */
-    int64_t          f[NF];
-    double           scale;
-    bool             causal;
+    MPI_Comm comm; /* our duplicate of the caller's communicator */
+    int rank, P;
+    bool bwd; /* attn_ring_sdpa_backward */
+    attn_dtype dt;
+    size_t es;
+    int64_t B, H, Hkv, D, Dv, T, Tmax; /* T: this rank's block; Tmax: the longest */
+    int64_t f[NF];
+    double scale;
+    bool causal;
     attn_ring_layout layout;
     const attn_ring_opts *o;
-    attn_view        q, k, v;
-    ring_io          io;
-    size_t           off[W_COUNT]; /* byte offsets into the workspace */
-    size_t           sdpa_ws, total;
+    attn_view q, k, v;
+    ring_io io;
+    size_t off[W_COUNT]; /* byte offsets into the workspace */
+    size_t sdpa_ws, total;
 } ring_ctx;
 
 /* A contiguous chunk of a rank's block: local rows [lo, lo + n), global chunk index. */
@@ -87,11 +87,15 @@ static bool block_elems(const ring_ctx *c, int64_t T, int64_t *n) {
 /* The k and v views of a packed block of T tokens at buf (B, Hkv, T, D | Dv). */
 static void block_views(const ring_ctx *c, void *buf, int64_t T, attn_view *k, attn_view *v) {
     int64_t D = c->D, Dv = c->Dv;
-    *k = (attn_view){.data = buf, .dtype = c->dt, .ndim = 4,
+    *k = (attn_view){.data = buf,
+                     .dtype = c->dt,
+                     .ndim = 4,
                      .shape = {c->B, c->Hkv, T, D},
                      .stride = {c->Hkv * T * D, T * D, D, 1}};
     *v = (attn_view){.data = (char *)buf + (size_t)(c->B * c->Hkv * T * D) * c->es,
-                     .dtype = c->dt, .ndim = 4, .shape = {c->B, c->Hkv, T, Dv},
+                     .dtype = c->dt,
+                     .ndim = 4,
+                     .shape = {c->B, c->Hkv, T, Dv},
                      .stride = {c->Hkv * T * Dv, T * Dv, Dv, 1}};
 }
 
@@ -109,8 +113,12 @@ static bool self_overlaps(const attn_view *v) {
         }
     for (int i = 1; i < n; ++i)
         for (int j = i; j > 0 && str[j] < str[j - 1]; --j) {
-            int64_t t = str[j]; str[j] = str[j - 1]; str[j - 1] = t;
-            t = ext[j]; ext[j] = ext[j - 1]; ext[j - 1] = t;
+            int64_t t = str[j];
+            str[j] = str[j - 1];
+            str[j - 1] = t;
+            t = ext[j];
+            ext[j] = ext[j - 1];
+            ext[j - 1] = t;
         }
     for (int i = 0; i < n; ++i) {
         if (str[i] <= span)
@@ -201,8 +209,10 @@ static attn_status check_local(const attn_view *q, const attn_view *k, const att
             return ATTN_EINVAL;
         attn_view *outs[2] = {io->out, io->lse};
         const attn_view *ins[3] = {q, k, v};
-        ATTN_TRY(check_outputs(c, outs, (int[]){4, 3}, (const int64_t[][4]){
-            {os[0], os[1], os[2], os[3]}, {os[0], os[1], os[2], 0}}, 2, ins, 3));
+        ATTN_TRY(check_outputs(
+            c, outs, (int[]){4, 3},
+            (const int64_t[][4]){{os[0], os[1], os[2], os[3]}, {os[0], os[1], os[2], 0}}, 2,
+            ins, 3));
     } else if (io) { /* backward: out, lse, dout (required), dq, dk, dv */
         if (!io->fout || !io->flse || !io->dout)
             return ATTN_EINVAL;
@@ -211,10 +221,12 @@ static attn_status check_local(const attn_view *q, const attn_view *k, const att
         ATTN_TRY(check_input(c, io->dout, 4, os));
         attn_view *outs[3] = {io->dq, io->dk, io->dv};
         const attn_view *ins[6] = {q, k, v, io->fout, io->flse, io->dout};
-        ATTN_TRY(check_outputs(c, outs, (int[]){4, 4, 4}, (const int64_t[][4]){
-            {q->shape[0], q->shape[1], q->shape[2], q->shape[3]},
-            {k->shape[0], k->shape[1], k->shape[2], k->shape[3]},
-            {v->shape[0], v->shape[1], v->shape[2], v->shape[3]}}, 3, ins, 6));
+        ATTN_TRY(check_outputs(
+            c, outs, (int[]){4, 4, 4},
+            (const int64_t[][4]){{q->shape[0], q->shape[1], q->shape[2], q->shape[3]},
+                                 {k->shape[0], k->shape[1], k->shape[2], k->shape[3]},
+                                 {v->shape[0], v->shape[1], v->shape[2], v->shape[3]}},
+            3, ins, 6));
     }
     int64_t f[NF] = {c->dt, c->B, c->H, c->Hkv, c->D, c->Dv, c->causal, c->layout, 0};
     memcpy(&f[F_SCALE], &c->scale, sizeof(double));
@@ -241,15 +253,21 @@ static attn_status layout_work(ring_ctx *c) {
     block_views(c, (void *)(uintptr_t)64, c->Tmax, &kb, &vb); /* only strides matter */
     c->sdpa_ws = 0;
     for (int causal = 0; causal < 2; ++causal) {
-        attn_sdpa_opts so = {.scale = c->scale, .threads = c->o->threads,
+        attn_sdpa_opts so = {.scale = c->scale,
+                             .threads = c->o->threads,
                              .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE};
         size_t ws = c->bwd ? attn_sdpa_backward_workspace_size(&c->q, &kb, &vb, &so)
                            : attn_sdpa_workspace_size(&c->q, &kb, &vb, &so);
         c->sdpa_ws = ws > c->sdpa_ws ? ws : c->sdpa_ws;
     }
-    size_t n[W_COUNT] = {(size_t)c->P * (size_t)(c->B + 1), (size_t)kvn, (size_t)kvn,
-                         c->bwd ? (size_t)kvn : (size_t)bhtd, c->bwd ? (size_t)kvn : (size_t)bht,
-                         c->bwd ? (size_t)kvn : (size_t)bht, (size_t)c->B, c->sdpa_ws};
+    size_t n[W_COUNT] = {(size_t)c->P * (size_t)(c->B + 1),
+                         (size_t)kvn,
+                         (size_t)kvn,
+                         c->bwd ? (size_t)kvn : (size_t)bhtd,
+                         c->bwd ? (size_t)kvn : (size_t)bht,
+                         c->bwd ? (size_t)kvn : (size_t)bht,
+                         (size_t)c->B,
+                         c->sdpa_ws};
     size_t es[W_COUNT] = {8, c->es, c->es, c->es, c->es, c->bwd ? c->es : 8, 8, 1};
     size_t at = 0, bytes;
     for (int i = 0; i < W_COUNT; ++i) {
@@ -299,7 +317,8 @@ static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn
         MPI_Comm_rank(c->comm, &c->rank) != MPI_SUCCESS ||
         MPI_Comm_size(c->comm, &c->P) != MPI_SUCCESS || c->P < 1)
         goto fail; /* same outcome on every rank: the MPI is unusable here */
-    /* x = [fields, -fields, status, T]: one MAX reduction gives max, min, worst status, T_max */
+    /* x = [fields, -fields, status, T]: one MAX reduction gives max, min, worst status, T_max
+     */
     s = check_local(q, k, v, c->o, io, c);
     int64_t x[2 * NF + 2], y[2 * NF + 2];
     for (int i = 0; i < NF; ++i) {
@@ -365,7 +384,7 @@ size_t attn_ring_sdpa_backward_workspace_size(MPI_Comm comm, const attn_view *q_
 
 /* Query rows per attn_sdpa call while a transfer is in flight (see attend_block). */
 #define RING_SLICE_MIN 128 /* attn_sdpa's query tile: slices stay whole tiles */
-#define RING_SLICES 8
+#define RING_SLICES    8
 
 /*
  * Attend the local queries to the K/V block in hand (packed at buf, from rank
@@ -389,7 +408,8 @@ size_t attn_ring_sdpa_backward_workspace_size(MPI_Comm comm, const attn_view *q_
  */
 static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, void *gbuf,
                                 MPI_Request *req, bool *computed) {
-    const int64_t *g = (const int64_t *)(w + c->off[W_GATHER]) + (size_t)src * (size_t)(c->B + 1);
+    const int64_t *g =
+        (const int64_t *)(w + c->off[W_GATHER]) + (size_t)src * (size_t)(c->B + 1);
     int64_t Tsrc = g[0], *klen = (int64_t *)(w + c->off[W_KLEN]);
     seg qs[2], ks[2];
     int nqs = c->causal ? segments(c, c->rank, c->T, qs) : 1;
@@ -426,7 +446,8 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
             ATTN_TRY(attn_view_slice(&c->q, 2, r0, r1, 1, &qv));
             ATTN_TRY(attn_view_slice(&kb, 2, 0, nkm, 1, &kv));
             ATTN_TRY(attn_view_slice(&vb, 2, 0, nkm, 1, &vv));
-            attn_sdpa_opts so = {.scale = c->scale, .kv_len = klen,
+            attn_sdpa_opts so = {.scale = c->scale,
+                                 .kv_len = klen,
                                  .causal = diag ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
                                  .threads = c->o->threads};
             if (!c->bwd) {
@@ -644,7 +665,11 @@ attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_view *q_local,
                                     const attn_view *lse_local, const attn_view *dout_local,
                                     attn_view *dq_local, attn_view *dk_local,
                                     attn_view *dv_local, void *work, size_t work_size) {
-    ring_io io = {.fout = out_local, .flse = lse_local, .dout = dout_local, .dq = dq_local,
-                  .dk = dk_local, .dv = dv_local};
+    ring_io io = {.fout = out_local,
+                  .flse = lse_local,
+                  .dout = dout_local,
+                  .dq = dq_local,
+                  .dk = dk_local,
+                  .dv = dv_local};
     return ring_call(comm, true, q_local, k_local, v_local, opts, &io, work, work_size);
 }

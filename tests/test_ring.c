@@ -68,7 +68,9 @@ static worst worst_rows(const attn_view *got, const attn_view *want, const int64
         memcpy(wi, idx, sizeof wi);
         wi[2] = map[idx[2]];
         double g = tu_get(got, idx), v = tu_get(want, wi), err = fabs(g - v);
-        double ex = (isnan(g) && isnan(v)) ? -1 : isnan(err) ? INFINITY : err - atol - rtol * fabs(v);
+        double ex = (isnan(g) && isnan(v)) ? -1
+                    : isnan(err)           ? INFINITY
+                                           : err - atol - rtol * fabs(v);
         if (ex > w.ex) {
             w = (worst){ex, g, v, {0}};
             memcpy(w.idx, idx, sizeof idx);
@@ -79,14 +81,19 @@ static worst worst_rows(const attn_view *got, const attn_view *want, const int64
 
 /* The worst element over all ranks is within tolerance; the message names it. */
 static void assert_close_all(worst w, const char *what, const char *cname, attn_dtype dt) {
-    struct { double v; int r; } in = {w.ex, rank}, out;
+    struct {
+        double v;
+        int r;
+    } in = {w.ex, rank}, out;
     MPI_Allreduce(&in, &out, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
-    double info[6] = {w.got, w.want, (double)w.idx[0], (double)w.idx[1], (double)w.idx[2],
-                      (double)w.idx[3]};
+    double info[6] = {
+        w.got, w.want, (double)w.idx[0], (double)w.idx[1], (double)w.idx[2], (double)w.idx[3]};
     MPI_Bcast(info, 6, MPI_DOUBLE, out.r, MPI_COMM_WORLD);
-    ck_assert_msg(out.v <= 0, "%s (%s, %s, %d ranks): worst on rank %d at [%g,%g,%g,%g]: "
-                  "got %.17g want %.17g", what, cname, dt == ATTN_F64 ? "f64" : "f32", nranks,
-                  out.r, info[2], info[3], info[4], info[5], info[0], info[1]);
+    ck_assert_msg(out.v <= 0,
+                  "%s (%s, %s, %d ranks): worst on rank %d at [%g,%g,%g,%g]: "
+                  "got %.17g want %.17g",
+                  what, cname, dt == ATTN_F64 ? "f64" : "f32", nranks, out.r, info[2], info[3],
+                  info[4], info[5], info[0], info[1]);
 }
 
 /* ---- the problems -------------------------------------------------------- */
@@ -94,7 +101,7 @@ static void assert_close_all(worst w, const char *what, const char *cname, attn_
 typedef struct rcase {
     const char *name;
     int64_t B, H, Hkv, D, Dv, T; /* T: tokens per rank (before unevenness) */
-    int uneven;                   /* 0 equal; 1 lengths T-1..T+2; 2 as 1 with rank 1 empty */
+    int uneven;                  /* 0 equal; 1 lengths T-1..T+2; 2 as 1 with rank 1 empty */
     attn_causal causal;
     attn_ring_layout layout;
     int ragged; /* 0 none; 1 the global tail block ragged; 2 masked keys on every rank
@@ -131,7 +138,8 @@ static int64_t global_pos(const rcase *c, int r, int64_t t) {
     int P = nranks;
     if (c->layout == ATTN_RING_CONTIGUOUS) {
         int64_t off = 0;
-        for (int j = 0; j < r; ++j) off += block_len(c, j);
+        for (int j = 0; j < r; ++j)
+            off += block_len(c, j);
         return off + t;
     }
     int64_t first = (block_len(c, r) + 1) / 2, chunk = t < first ? r : 2 * P - 1 - r, off = 0;
@@ -146,14 +154,15 @@ static int64_t global_pos(const rcase *c, int r, int64_t t) {
 /* Everything one case needs on this rank: the whole sequence and this rank's block. */
 typedef struct problem {
     int64_t n, Tr, *map, kvl[8];
-    sd_t q, k, v;          /* whole sequence, contiguous */
-    sd_t keep;             /* (B, 1, n, n) U8: the ragged keys as a global mask */
+    sd_t q, k, v;            /* whole sequence, contiguous */
+    sd_t keep;               /* (B, 1, n, n) U8: the ragged keys as a global mask */
     sd_t ql, kl, vl, ol, ll; /* local blocks in the case's layout, out and lse */
 } problem;
 
 static void problem_make(const rcase *c, attn_dtype dt, problem *p) {
     memset(p, 0, sizeof *p);
-    for (int r = 0; r < nranks; ++r) p->n += block_len(c, r);
+    for (int r = 0; r < nranks; ++r)
+        p->n += block_len(c, r);
     p->Tr = block_len(c, rank);
     int64_t n = p->n, Tr = p->Tr;
     uint64_t seed = 0x5eed0000u + (uint64_t)c->B * 131 + (uint64_t)n; /* same on every rank */
@@ -161,8 +170,10 @@ static void problem_make(const rcase *c, attn_dtype dt, problem *p) {
     p->k = sd_make(dt, (int64_t[]){c->B, c->Hkv, n, c->D}, LY_CONTIG, &seed, 1.0);
     p->v = sd_make(dt, (int64_t[]){c->B, c->Hkv, n, c->Dv}, LY_CONTIG, &seed, 1.0);
     p->map = malloc(sizeof(int64_t) * (size_t)(Tr + 1));
-    for (int64_t t = 0; t < Tr; ++t) p->map[t] = global_pos(c, rank, t);
-    for (int64_t b = 0; b < c->B; ++b) p->kvl[b] = block_kvlen(c, rank, b);
+    for (int64_t t = 0; t < Tr; ++t)
+        p->map[t] = global_pos(c, rank, t);
+    for (int64_t b = 0; b < c->B; ++b)
+        p->kvl[b] = block_kvlen(c, rank, b);
     if (c->ragged) {
         p->keep = sd_zeros(ATTN_U8, 4, (int64_t[]){c->B, 1, n, n});
         uint8_t *k = p->keep.mem;
@@ -195,7 +206,8 @@ static void problem_make(const rcase *c, attn_dtype dt, problem *p) {
 
 static void problem_free(problem *p) {
     sd_t *all[9] = {&p->q, &p->k, &p->v, &p->keep, &p->ql, &p->kl, &p->vl, &p->ol, &p->ll};
-    for (int i = 0; i < 9; ++i) sd_free(all[i]);
+    for (int i = 0; i < 9; ++i)
+        sd_free(all[i]);
     free(p->map);
 }
 
@@ -218,10 +230,14 @@ static void run_case(const rcase *c, attn_dtype dt) {
     ref_sdpa(&p.q.v, &p.k.v, &p.v.v, &so, &nout.v, NULL, &nlse.v);
     /* the ring */
     attn_ring_stats st = {0};
-    attn_ring_opts ro = {.scale = c->scale, .causal = c->causal, .layout = c->layout,
-                         .kv_len = c->ragged ? p.kvl : NULL, .lse = &p.ll.v, .stats = &st};
-    attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
-                                   NULL, 0);
+    attn_ring_opts ro = {.scale = c->scale,
+                         .causal = c->causal,
+                         .layout = c->layout,
+                         .kv_len = c->ragged ? p.kvl : NULL,
+                         .lse = &p.ll.v,
+                         .stats = &st};
+    attn_status s =
+        attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v, NULL, 0);
     assert_status_all(s, ATTN_OK, c->name);
     double rt = TU_RTOL(dt), at = TU_ATOL(dt);
     char nm[64];
@@ -238,7 +254,10 @@ static void run_case(const rcase *c, attn_dtype dt) {
                    st.seconds >= st.wait_seconds + st.compute_seconds && st.wait_seconds >= 0 &&
                    st.compute_seconds >= 0,
                "stats");
-    sd_free(&out); sd_free(&lse); sd_free(&nout); sd_free(&nlse);
+    sd_free(&out);
+    sd_free(&lse);
+    sd_free(&nout);
+    sd_free(&nlse);
     problem_free(&p);
 }
 
@@ -351,8 +370,8 @@ START_TEST(ring_skip_future) {
         problem_make(z ? &zz : &co, ATTN_F64, &p);
         attn_ring_stats st;
         attn_ring_opts ro = {.causal = CA, .layout = z ? ZZ : CO, .stats = &st};
-        attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
-                                       NULL, 0);
+        attn_status s =
+            attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v, NULL, 0);
         assert_status_all(s, ATTN_OK, "skip");
         int want = z ? nranks : rank + 1;
         assert_all(st.blocks_computed == want && st.blocks_skipped == nranks - want,
@@ -365,11 +384,16 @@ END_TEST
 /* ---- error paths: the same status on every rank, outputs untouched ------- */
 
 /* A copy of the bytes a view spans, to check an output was not written. */
-typedef struct snap { const char *lo; size_t n; char *copy; } snap;
+typedef struct snap {
+    const char *lo;
+    size_t n;
+    char *copy;
+} snap;
 static snap snap_take(const attn_view *v) {
     const void *lo, *hi;
     attn_view_span(v, &lo, &hi);
-    snap s = {lo, (size_t)((const char *)hi - (const char *)lo) + attn_dtype_size(v->dtype), NULL};
+    snap s = {lo, (size_t)((const char *)hi - (const char *)lo) + attn_dtype_size(v->dtype),
+              NULL};
     s.copy = malloc(s.n);
     memcpy(s.copy, s.lo, s.n);
     return s;
@@ -401,14 +425,19 @@ static void expect_error(breaker f, int who, attn_status want, const char *what)
     problem_free(&p);
 }
 
-static void br_null_q(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)p; (void)o; (void)c; (void)out;
+static void br_null_q(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
+                      attn_view *out) {
+    (void)p;
+    (void)o;
+    (void)c;
+    (void)out;
     q->data = NULL;
     q->ndim = 0;
 }
 static void br_dtype(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
     /* every view relabelled f32 (same memory): locally consistent, globally not */
-    (void)o; (void)c;
+    (void)o;
+    (void)c;
     q->dtype = out->dtype = p->kl.v.dtype = p->vl.v.dtype = p->ll.v.dtype = ATTN_F32;
 }
 static void br_heads(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
@@ -419,46 +448,72 @@ static void br_heads(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, a
     p->ll.v.shape[1] = 2;
     o->lse = &p->ll.v;
 }
-static void br_causal(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)p; (void)c; (void)q; (void)out;
+static void br_causal(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
+                      attn_view *out) {
+    (void)p;
+    (void)c;
+    (void)q;
+    (void)out;
     o->causal = ATTN_CAUSAL_NONE;
 }
 static void br_scale(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)p; (void)c; (void)q; (void)out;
+    (void)p;
+    (void)c;
+    (void)q;
+    (void)out;
     o->scale = 0.25;
 }
-static void br_layout(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)p; (void)c; (void)q; (void)out;
+static void br_layout(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
+                      attn_view *out) {
+    (void)p;
+    (void)c;
+    (void)q;
+    (void)out;
     o->layout = ZZ;
 }
 static void br_kvlen(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)c; (void)q; (void)out;
+    (void)c;
+    (void)q;
+    (void)out;
     p->kvl[0] = p->Tr + 1;
     p->kvl[1] = 0;
     o->kv_len = p->kvl;
 }
 static void br_alias(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)p; (void)o; (void)c;
+    (void)p;
+    (void)o;
+    (void)c;
     *q = *out; /* out overlaps q (its D == Dv, same shape) */
 }
 static void br_lse_shape(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
                          attn_view *out) {
-    (void)c; (void)q; (void)out;
+    (void)c;
+    (void)q;
+    (void)out;
     p->ll.v.shape[2] -= 1;
     o->lse = &p->ll.v;
 }
 static void br_out_bcast(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
                          attn_view *out) {
-    (void)p; (void)o; (void)c; (void)q;
+    (void)p;
+    (void)o;
+    (void)c;
+    (void)q;
     out->stride[1] = 0; /* two heads written to one place */
 }
 static void br_comm_null(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q,
                          attn_view *out) {
-    (void)p; (void)o; (void)q; (void)out;
+    (void)p;
+    (void)o;
+    (void)q;
+    (void)out;
     *c = MPI_COMM_NULL;
 }
 static void br_enum(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, attn_view *out) {
-    (void)p; (void)c; (void)q; (void)out;
+    (void)p;
+    (void)c;
+    (void)q;
+    (void)out;
     o->layout = (attn_ring_layout)7;
 }
 
@@ -493,8 +548,8 @@ START_TEST(ring_err_mpi) {
     problem p;
     problem_make(&err_case, ATTN_F64, &p);
     attn_ring_opts o = {.causal = CA};
-    attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
-                                   NULL, 0);
+    attn_status s =
+        attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, NULL, 0);
     fail_dup = 0;
     assert_status_all(s, ATTN_EMPI, "MPI_Comm_dup fails");
     /* the send of the ring's first step fails: the posted receive is cancelled, no hang */
@@ -517,15 +572,15 @@ START_TEST(ring_workspace) {
         problem p;
         problem_make(&c, dt, &p);
         attn_ring_opts o = {.causal = CA, .layout = ZZ, .lse = &p.ll.v};
-        size_t need = attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v,
-                                                    &o);
+        size_t need =
+            attn_ring_sdpa_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o);
         assert_all(need > 0, "workspace size > 0");
         char *w = malloc(need);
         /* the one-byte-short rank fails, and so does everyone, before writing anything */
         size_t give = rank == nranks - 1 ? need - 1 : need;
         snap so = snap_take(&p.ol.v);
-        attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
-                                       w, give);
+        attn_status s =
+            attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, give);
         assert_status_all(s, ATTN_EWORKSPACE, "one byte short on the last rank");
         assert_all(snap_same(&so), "out untouched");
         s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, need);
@@ -591,7 +646,8 @@ static sd_t minus(const attn_view *got, const sd_t *before) {
     sd_t d = sd_zeros(ATTN_F64, 4, got->shape);
     int64_t idx[4] = {0};
     if (tu_numel(got) > 0)
-        do tu_set(&d.v, idx, tu_get(got, idx) - tu_get(&before->v, idx));
+        do
+            tu_set(&d.v, idx, tu_get(got, idx) - tu_get(&before->v, idx));
         while (tu_inc(idx, got->shape, 4));
     return d;
 }
@@ -618,13 +674,17 @@ static void run_backward(const rcase *c, attn_dtype dt) {
         ng[i] = sd_zeros(ATTN_F64, 4, in[i]->v.shape);
     }
     ck_assert_int_eq(attn_sdpa_backward(&p.q.v, &p.k.v, &p.v.v, &so, &out.v, &lse.v, &dout.v,
-                                        &g[0].v, &g[1].v, &g[2].v, NULL, 0), ATTN_OK);
+                                        &g[0].v, &g[1].v, &g[2].v, NULL, 0),
+                     ATTN_OK);
     ref_sdpa_backward(&p.q.v, &p.k.v, &p.v.v, &so, &dout.v, &ng[0].v, &ng[1].v, &ng[2].v);
     /* the ring: forward for out and lse, then backward into junk-filled gradients */
-    attn_ring_opts ro = {.scale = c->scale, .causal = c->causal, .layout = c->layout,
-                         .kv_len = c->ragged ? p.kvl : NULL, .lse = &p.ll.v};
-    attn_status s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
-                                   NULL, 0);
+    attn_ring_opts ro = {.scale = c->scale,
+                         .causal = c->causal,
+                         .layout = c->layout,
+                         .kv_len = c->ragged ? p.kvl : NULL,
+                         .lse = &p.ll.v};
+    attn_status s =
+        attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v, NULL, 0);
     assert_status_all(s, ATTN_OK, "forward");
     sd_t doutl = local_rows(&dout.v, p.map, Tr, c->lay, &junk);
     sd_t gl[3], before[3];
@@ -634,7 +694,8 @@ static void run_backward(const rcase *c, attn_dtype dt) {
         before[i] = sd_zeros(ATTN_F64, 4, loc[i]->v.shape);
         int64_t idx[4] = {0};
         if (tu_numel(&gl[i].v) > 0)
-            do tu_set(&before[i].v, idx, tu_get(&gl[i].v, idx));
+            do
+                tu_set(&before[i].v, idx, tu_get(&gl[i].v, idx));
             while (tu_inc(idx, gl[i].v.shape, 4));
     }
     attn_ring_stats st;
@@ -663,9 +724,15 @@ static void run_backward(const rcase *c, attn_dtype dt) {
     assert_all(st.bytes_sent == sent && st.blocks_computed + st.blocks_skipped == nranks,
                "backward stats");
     for (int i = 0; i < 3; ++i) {
-        sd_free(&g[i]); sd_free(&ng[i]); sd_free(&gl[i]); sd_free(&before[i]);
+        sd_free(&g[i]);
+        sd_free(&ng[i]);
+        sd_free(&gl[i]);
+        sd_free(&before[i]);
     }
-    sd_free(&dout); sd_free(&out); sd_free(&lse); sd_free(&doutl);
+    sd_free(&dout);
+    sd_free(&out);
+    sd_free(&lse);
+    sd_free(&doutl);
     problem_free(&p);
 }
 
@@ -692,8 +759,9 @@ START_TEST(ringbw_partial) {
     problem p;
     problem_make(&c, ATTN_F64, &p);
     attn_ring_opts ro = {.causal = CA, .layout = ZZ, .lse = &p.ll.v};
-    assert_status_all(attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
-                                     NULL, 0), ATTN_OK, "forward");
+    assert_status_all(
+        attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v, NULL, 0),
+        ATTN_OK, "forward");
     uint64_t seed = 5;
     sd_t dout = sd_make(ATTN_F64, p.ol.v.shape, LY_CONTIG, &seed, 1.0);
     sd_t all[3], some[3];
@@ -702,13 +770,13 @@ START_TEST(ringbw_partial) {
         all[i] = sd_zeros(ATTN_F64, 4, loc[i]->v.shape);
         some[i] = sd_zeros(ATTN_F64, 4, loc[i]->v.shape);
     }
-    size_t need = attn_ring_sdpa_backward_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v,
-                                                         &p.vl.v, &ro);
+    size_t need =
+        attn_ring_sdpa_backward_workspace_size(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro);
     assert_all(need > 0, "backward workspace size");
     char *w = malloc(need);
-    attn_status s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro,
-                                            &p.ol.v, &p.ll.v, &dout.v, &all[0].v, &all[1].v,
-                                            &all[2].v, w, need);
+    attn_status s =
+        attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                &p.ll.v, &dout.v, &all[0].v, &all[1].v, &all[2].v, w, need);
     assert_status_all(s, ATTN_OK, "all gradients, caller workspace");
     s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
                                 &p.ll.v, &dout.v, NULL, &some[1].v, NULL, w, need);
@@ -724,10 +792,13 @@ START_TEST(ringbw_partial) {
     assert_status_all(s, ATTN_OK, "dq and dv");
     int64_t id[8] = {0, 1, 2, 3, 4, 5, 6, 7};
     for (int i = 0; i < 3; ++i)
-        assert_close_all(worst_rows(&some[i].v, &all[i].v, id, 0, 0), "partial = all",
-                         c.name, ATTN_F64);
+        assert_close_all(worst_rows(&some[i].v, &all[i].v, id, 0, 0), "partial = all", c.name,
+                         ATTN_F64);
     free(w);
-    for (int i = 0; i < 3; ++i) { sd_free(&all[i]); sd_free(&some[i]); }
+    for (int i = 0; i < 3; ++i) {
+        sd_free(&all[i]);
+        sd_free(&some[i]);
+    }
     sd_free(&dout);
     problem_free(&p);
 }
@@ -746,18 +817,25 @@ START_TEST(ringbw_errors) {
         attn_view *g[3] = {&dq.v, &dk.v, &dv.v};
         attn_view bad;
         attn_status want = ATTN_EINVAL;
-        if (e == 0 && rank == last) lse = NULL;                     /* lse missing */
+        if (e == 0 && rank == last)
+            lse = NULL; /* lse missing */
         if (e == 1) {
             want = ATTN_EALIAS;
-            if (rank == 0) g[1] = &p.kl.v; /* dk is k itself */
+            if (rank == 0)
+                g[1] = &p.kl.v; /* dk is k itself */
         }
         if (e == 2) {
             want = ATTN_ESHAPE;
-            if (rank == last) { bad = dv.v; bad.shape[3] -= 1; g[2] = &bad; }
+            if (rank == last) {
+                bad = dv.v;
+                bad.shape[3] -= 1;
+                g[2] = &bad;
+            }
         }
         if (e == 3) {
             want = ATTN_EALIAS;
-            if (rank == 0) g[2] = &dk.v; /* dv is dk (same shapes here: D == Dv) */
+            if (rank == 0)
+                g[2] = &dk.v; /* dv is dk (same shapes here: D == Dv) */
         }
         snap sq = snap_take(&dq.v), sk = snap_take(&dk.v), sv = snap_take(&dv.v);
         attn_status s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro,
@@ -766,7 +844,9 @@ START_TEST(ringbw_errors) {
         int same = snap_same(&sq) & snap_same(&sk) & snap_same(&sv);
         assert_all(same, "gradients untouched");
     }
-    sd_free(&dq); sd_free(&dk); sd_free(&dv);
+    sd_free(&dq);
+    sd_free(&dk);
+    sd_free(&dv);
     problem_free(&p);
 }
 END_TEST

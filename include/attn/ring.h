@@ -36,31 +36,35 @@ typedef enum attn_ring_layout {
     ATTN_RING_ZIGZAG = 1
 } attn_ring_layout;
 
-/** Measurements of one attn_ring_sdpa call on this rank (opts.stats). */
+/** Measurements of one attn_ring_sdpa(_backward) call on this rank (opts.stats). */
 typedef struct attn_ring_stats {
-    double  seconds;        /* wall time of the whole call (MPI_Wtime) */
-    double  wait_seconds;   /* time blocked in MPI_Waitall on the K/V exchange: the
+    double seconds;         /* wall time of the whole call (a monotonic clock) */
+    double wait_seconds;    /* time blocked in MPI_Waitall on the ring's exchange: the
                                communication that computation did not hide */
-    int64_t bytes_sent;     /* K/V bytes this rank sent around the ring */
-    int     blocks_computed;/* K/V blocks this rank attended to (of P) */
-    int     blocks_skipped; /* blocks entirely in this rank's future (causal) */
-    double  compute_seconds;/* time in the local attention (attn_sdpa calls and merges):
+    int64_t bytes_sent;     /* bytes this rank sent around the ring (K/V blocks, and in
+                               the backward the travelling dK/dV accumulators too) */
+    int blocks_computed;    /* K/V blocks this rank attended to (of P) */
+    int blocks_skipped;     /* blocks entirely in this rank's future (causal) */
+    double compute_seconds; /* time in the local attention (attn_sdpa calls and merges):
                                its spread over the ranks is the load (im)balance */
 } attn_ring_stats;
 
-/** Options for attn_ring_sdpa; all-zero means the defaults. New fields only at the end. */
+/**
+ * Options for attn_ring_sdpa and attn_ring_sdpa_backward; all-zero means the
+ * defaults. New fields only at the end.
+ */
 typedef struct attn_ring_opts {
-    double           scale;   /* 0 -> 1/sqrt(D); the same on every rank */
-    attn_causal      causal;  /* NONE, or TOP_LEFT over the global sequence (BOTTOM_RIGHT
-                                 is the same rule here: Tq == Tk globally); same on every rank */
-    attn_ring_layout layout;  /* same on every rank */
-    const int64_t   *kv_len;  /* (B) valid keys of THIS rank's k/v block per batch: local
-                                 key t is masked when t >= kv_len[b] (a ragged last block,
-                                 padded batches); NULL = all T_r valid */
-    attn_view       *lse;     /* out (B, H, T_r), q's dtype, natural-log sum-exp of the
-                                 scaled masked scores over the global keys; or NULL */
-    int              threads; /* threads of the local attn_sdpa calls; 0 -> all cores */
-    attn_ring_stats *stats;   /* out, or NULL */
+    double scale;            /* 0 -> 1/sqrt(D); the same on every rank */
+    attn_causal causal;      /* NONE, or TOP_LEFT over the global sequence (BOTTOM_RIGHT
+                                is the same rule here: Tq == Tk globally); same on every rank */
+    attn_ring_layout layout; /* same on every rank */
+    const int64_t *kv_len;   /* (B) valid keys of THIS rank's k/v block per batch: local
+                                key t is masked when t >= kv_len[b] (a ragged last block,
+                                padded batches); NULL = all T_r valid */
+    attn_view *lse;          /* out (B, H, T_r), q's dtype, natural-log sum-exp of the
+                                scaled masked scores over the global keys; or NULL */
+    int threads;             /* threads of the local attn_sdpa calls; 0 -> all cores */
+    attn_ring_stats *stats;  /* out, or NULL */
 } attn_ring_opts;
 
 /**
@@ -153,14 +157,11 @@ ATTN_API size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_
  * untouched on every status except ATTN_EMPI raised during the exchange,
  * after which they are unspecified. Since 0.1.
  */
-ATTN_API attn_status attn_ring_sdpa_backward(MPI_Comm comm, const attn_view *q_local,
-                                             const attn_view *k_local, const attn_view *v_local,
-                                             const attn_ring_opts *opts,
-                                             const attn_view *out_local,
-                                             const attn_view *lse_local,
-                                             const attn_view *dout_local, attn_view *dq_local,
-                                             attn_view *dk_local, attn_view *dv_local,
-                                             void *work, size_t work_size);
+ATTN_API attn_status attn_ring_sdpa_backward(
+    MPI_Comm comm, const attn_view *q_local, const attn_view *k_local, const attn_view *v_local,
+    const attn_ring_opts *opts, const attn_view *out_local, const attn_view *lse_local,
+    const attn_view *dout_local, attn_view *dq_local, attn_view *dk_local, attn_view *dv_local,
+    void *work, size_t work_size);
 
 /**
  * Bytes of workspace attn_ring_sdpa_backward needs on this rank. Collective,
