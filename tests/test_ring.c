@@ -392,9 +392,8 @@ typedef struct snap {
 static snap snap_take(const attn_view *v) {
     const void *lo, *hi;
     attn_view_span(v, &lo, &hi);
-    snap s = {lo, (size_t)((const char *)hi - (const char *)lo) + attn_dtype_size(v->dtype),
-              NULL};
-    s.copy = malloc(s.n);
+    snap s = {lo, (size_t)((const char *)hi - (const char *)lo), NULL}; /* [lo, hi) */
+    s.copy = malloc(s.n + 1);
     memcpy(s.copy, s.lo, s.n);
     return s;
 }
