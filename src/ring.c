@@ -317,8 +317,7 @@ static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn
         MPI_Comm_rank(c->comm, &c->rank) != MPI_SUCCESS ||
         MPI_Comm_size(c->comm, &c->P) != MPI_SUCCESS || c->P < 1)
         goto fail; /* same outcome on every rank: the MPI is unusable here */
-    /* x = [fields, -fields, status, T]: one MAX reduction gives max, min, worst status, T_max
-     */
+    /* x = [fields, -fields, status, T]: one MAX gives max, min, worst status, T_max */
     s = check_local(q, k, v, c->o, io, c);
     int64_t x[2 * NF + 2], y[2 * NF + 2];
     for (int i = 0; i < NF; ++i) {
