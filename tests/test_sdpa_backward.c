@@ -3,10 +3,6 @@
 #include "fixture.h"
 #include "sdpa_util.h"
 
-/* Gradient tolerances: f64 against the double reference; f32 (inputs exact in both) looser. */
-#define GRTOL(dt) ((dt) == ATTN_F64 ? 1e-11 : 2e-4)
-#define GATOL(dt) ((dt) == ATTN_F64 ? 1e-12 : 2e-5)
-
 static const sd_case cases[] = {
     /* B  H Hkv Tq  Tk  D  Dv  causal                     keep bias kvl scale */
     {1, 1, 1, 5, 7, 3, 4, ATTN_CAUSAL_NONE, 0, 0, 0, 0},
@@ -99,7 +95,7 @@ static void sb_check(sb_prob *P, attn_dtype dt, const char *what, bool dq, bool 
         for (int64_t e = 0; e < n; ++e) r[e] = on[i] ? r[e] + z[e] : z[e];
         char msg[260];
         snprintf(msg, sizeof msg, "%s %s", what, name[i]);
-        tu_check_close(&got[i]->v, &ref[i]->v, GRTOL(dt), GATOL(dt), msg);
+        tu_check_close(&got[i]->v, &ref[i]->v, TU_RTOL(dt), TU_ATOL(dt), msg);
     }
     sd_free(&rq); sd_free(&rk); sd_free(&rv);
 }
@@ -238,9 +234,9 @@ START_TEST(sb_f32_vs_f64) {
         o32.algo = o64.algo = (attn_algo)a;
         ck_assert_int_eq(sb_call(&P32, &o32, true, true, true), ATTN_OK);
         ck_assert_int_eq(sb_call(&P64, &o64, true, true, true), ATTN_OK);
-        tu_check_close(&P32.dq.v, &P64.dq.v, GRTOL(ATTN_F32), GATOL(ATTN_F32), "dq f32 vs f64");
-        tu_check_close(&P32.dk.v, &P64.dk.v, GRTOL(ATTN_F32), GATOL(ATTN_F32), "dk f32 vs f64");
-        tu_check_close(&P32.dv.v, &P64.dv.v, GRTOL(ATTN_F32), GATOL(ATTN_F32), "dv f32 vs f64");
+        tu_check_close(&P32.dq.v, &P64.dq.v, TU_RTOL(ATTN_F32), TU_ATOL(ATTN_F32), "dq f32 vs f64");
+        tu_check_close(&P32.dk.v, &P64.dk.v, TU_RTOL(ATTN_F32), TU_ATOL(ATTN_F32), "dk f32 vs f64");
+        tu_check_close(&P32.dv.v, &P64.dv.v, TU_RTOL(ATTN_F32), TU_ATOL(ATTN_F32), "dv f32 vs f64");
         sb_free(&P32);
         sb_free(&P64);
     }
