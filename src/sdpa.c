@@ -188,12 +188,17 @@ static attn_status check_outputs(const attn__sdpa_plan *p, const attn_view *q,
             return ATTN_ESHAPE;
     const attn_view *outs[3] = {out, w, lse};
     const attn_view *ins[5] = {q, k, v, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    for (int o = 0; o < 3; ++o) {
+    return attn__sdpa_check_aliasing(outs, 3, ins, 5);
+}
+
+attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
+                                      const attn_view *const *ins, int nin) {
+    for (int o = 0; o < nout; ++o) {
         if (!outs[o])
             continue;
         if (attn__self_overlaps(outs[o]))
             return ATTN_ESTRIDE;
-        for (int i = 0; i < 5; ++i)
+        for (int i = 0; i < nin; ++i)
             if (ins[i] && attn_view_overlaps(outs[o], ins[i]))
                 return ATTN_EALIAS;
         for (int o2 = 0; o2 < o; ++o2)

@@ -41,7 +41,7 @@ static attn_status tile(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int6
                                : bwd_tile_f64(c, b, h, i0, j0, want, wsp);
 }
 
-/* An optional gradient view: same dtype and shape as its input, a valid output. */
+/* An optional gradient view: same dtype and shape as its input. */
 static attn_status check_grad(const attn_view *g, const attn_view *like) {
     if (!g)
         return ATTN_OK;
@@ -51,7 +51,7 @@ static attn_status check_grad(const attn_view *g, const attn_view *like) {
     for (int d = 0; d < 4; ++d)
         if (g->shape[d] != like->shape[d])
             return ATTN_ESHAPE;
-    return attn__self_overlaps(g) ? ATTN_ESTRIDE : ATTN_OK;
+    return ATTN_OK;
 }
 
 /* The plan and the per-thread scratch, from q, k, v and opts alone (the query knows no more). */
@@ -123,16 +123,7 @@ static attn_status check_call(bwd_ctx *c, const attn_sdpa_opts *opts, const attn
     const attn_view *grads[3] = {dq, dk, dv};
     const attn_view *ins[8] = {&c->q, &c->k, &c->v, out, lse, dout, opts ? opts->keep : NULL,
                                opts ? opts->bias : NULL};
-    for (int g = 0; g < 3; ++g) {
-        if (!grads[g])
-            continue;
-        for (int i = 0; i < 8; ++i)
-            if (ins[i] && attn_view_overlaps(grads[g], ins[i]))
-                return ATTN_EALIAS;
-        for (int g2 = 0; g2 < g; ++g2)
-            if (grads[g2] && attn_view_overlaps(grads[g], grads[g2]))
-                return ATTN_EALIAS;
-    }
+    ATTN_TRY(attn__sdpa_check_aliasing(grads, 3, ins, 8));
     c->out = *out;
     c->lse = *lse;
     c->dout = *dout;

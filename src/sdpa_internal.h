@@ -84,6 +84,13 @@ ATTN_HIDDEN attn_status attn__sdpa_scores(const attn__sdpa_plan *p, const attn_v
                                           int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                                           void *s, int64_t lds, void *gw, size_t gws);
 
+/*
+ * Outputs (NULL entries skipped) must not overlap themselves (ATTN_ESTRIDE),
+ * any input or each other (ATTN_EALIAS).
+ */
+ATTN_HIDDEN attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
+                                                  const attn_view *const *ins, int nin);
+
 /* A 2-D (rows, cols) view of v[b, h, r0:r0+rows, :] (a 4-D view). */
 ATTN_HIDDEN attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0,
                                       int64_t rows);
