@@ -14,6 +14,15 @@ size_t attn_dtype_size(attn_dtype dtype) {
 }
 
 /*
+ * data + off elements, in integer arithmetic: a valid view may describe
+ * addresses beyond the address space (a petabyte view of a tiny buffer,
+ * never touched), where pointer arithmetic would be undefined.
+ */
+static void *offset(const void *data, int64_t off, attn_dtype dtype) {
+    return (void *)((uintptr_t)data + (uintptr_t)off * attn_dtype_size(dtype));
+}
+
+/*
  * The rules every view obeys: ndim in 1..4, known dtype, extents >= 0,
  * numel and the byte span fit int64 / size_t, data non-NULL unless empty.
  */
@@ -32,10 +41,14 @@ static attn_status check_parts(attn_dtype dtype, const void *data, int ndim,
         if (shape[k] == 0)
             empty = true;
     }
+    /*
+     * An empty view obeys the same rules (its numel: the product of the
+     * non-zero extents), so that no view algebra on it can overflow.
+     */
     for (int k = 0; k < ndim; ++k) {
-        if (!attn__mul_i64(numel, shape[k], &numel))
+        if (shape[k] > 0 && !attn__mul_i64(numel, shape[k], &numel))
             return ATTN_ERANGE;
-        if (empty || shape[k] <= 1)
+        if (shape[k] <= 1)
             continue;
         int64_t s = stride[k], term;
         if (s == INT64_MIN)
@@ -132,7 +145,7 @@ attn_status attn_view_slice(const attn_view *v, int axis, int64_t start, int64_t
     attn_view t = *v;
     int64_t n = (stop - start + step - 1) / step;
     if (n > 0)
-        t.data = (char *)v->data + start * v->stride[axis] * (int64_t)attn_dtype_size(v->dtype);
+        t.data = offset(v->data, start * v->stride[axis], v->dtype);
     t.shape[axis] = n;
     t.stride[axis] = v->stride[axis] * step; /* |stride| * step stays within the old span */
     if (n <= 1)
@@ -148,7 +161,7 @@ attn_status attn_view_select(const attn_view *v, int axis, int64_t index, attn_v
     if (index < 0 || index >= v->shape[axis])
         return ATTN_ERANGE;
     attn_view t = *v;
-    t.data = (char *)v->data + index * v->stride[axis] * (int64_t)attn_dtype_size(v->dtype);
+    t.data = offset(v->data, index * v->stride[axis], v->dtype);
     for (int k = axis; k + 1 < v->ndim; ++k) {
         t.shape[k] = v->shape[k + 1];
         t.stride[k] = v->stride[k + 1];
@@ -203,10 +216,13 @@ attn_status attn_view_split(const attn_view *v, int axis, int64_t inner, attn_vi
         t.stride[k] = v->stride[k - 1];
     }
     t.shape[axis] = v->shape[axis] / inner;
-    t.stride[axis] = v->stride[axis] * inner;
+    if (!attn__mul_i64(v->stride[axis], inner, &t.stride[axis]))
+        t.stride[axis] = 0; /* overflows only when the outer extent is <= 1: never used */
     t.shape[axis + 1] = inner;
     t.stride[axis + 1] = v->stride[axis];
     t.ndim = v->ndim + 1;
+    /* only a split of an empty axis can break the rules (a huge inner extent) */
+    ATTN_TRY(check_parts(t.dtype, t.data, t.ndim, t.shape, t.stride));
     *out = t;
     return ATTN_OK;
 }
@@ -220,7 +236,7 @@ attn_status attn_view_merge(const attn_view *v, int axis, attn_view *out) {
     int64_t stride;
     if (n1 == 1)
         stride = s0;
-    else if (n0 == 1 || s0 == n1 * s1)
+    else if (n0 == 1 || (attn__mul_i64(n1, s1, &stride) && s0 == stride))
         stride = s1;
     else
         return ATTN_ESTRIDE;
@@ -277,8 +293,7 @@ attn_status attn_view_flip(const attn_view *v, int axis, attn_view *out) {
     ATTN_TRY(check_axis(v, axis, out));
     attn_view t = *v;
     if (v->shape[axis] > 1) {
-        t.data = (char *)v->data +
-                 (v->shape[axis] - 1) * v->stride[axis] * (int64_t)attn_dtype_size(v->dtype);
+        t.data = offset(v->data, (v->shape[axis] - 1) * v->stride[axis], v->dtype);
         t.stride[axis] = -v->stride[axis];
     }
     *out = t;
@@ -299,9 +314,8 @@ void attn_view_span(const attn_view *v, const void **lo, const void **hi) {
         else
             pos += e;
     }
-    int64_t es = (int64_t)attn_dtype_size(v->dtype);
-    *lo = (const char *)v->data + neg * es;
-    *hi = (const char *)v->data + (pos + 1) * es;
+    *lo = offset(v->data, neg, v->dtype);
+    *hi = offset(v->data, pos + 1, v->dtype);
 }
 
 bool attn_view_overlaps(const attn_view *a, const attn_view *b) {
