@@ -262,7 +262,8 @@ attn_status attn_gemm(attn_trans ta, attn_trans tb, double alpha, const attn_vie
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, p.wa + p.wb + p.wc, &owned));
     char *wa = work, *wb = wa ? wa + p.wa : NULL, *wc = wb ? wb + p.wb : NULL;
-    int64_t nbatch = 1;
+    /* an empty C needs nothing, however many batches it has (2^32 of them must not loop) */
+    int64_t nbatch = p.c.r > 0 && p.c.c > 0;
     for (int i = 0; i < p.nb; ++i)
         nbatch *= p.bshape[i];
     int64_t es = (int64_t)p.es;
@@ -278,9 +279,10 @@ attn_status attn_gemm(attn_trans ta, attn_trans tb, double alpha, const attn_vie
             ob += idx[i] * p.bstr[i];
             oc += idx[i] * p.cstr[i];
         }
-        const char *pa = (const char *)a->data + oa * es;
-        const char *pb = (const char *)b->data + ob * es;
-        char *pc = (char *)c->data + oc * es;
+        /* integer arithmetic: an empty operand (K == 0) may have NULL data, never read */
+        const char *pa = (const char *)((uintptr_t)a->data + (uintptr_t)(oa * es));
+        const char *pb = (const char *)((uintptr_t)b->data + (uintptr_t)(ob * es));
+        char *pc = (char *)((uintptr_t)c->data + (uintptr_t)(oc * es));
         if (p.wa) {
             pack(pa, p.a, p.es, wa);
             pa = wa;
