@@ -17,7 +17,9 @@
 #include "internal.h"
 
 /* One build for every x86-64 CPU: SSE2 baseline, AVX2 and AVX-512 clones picked at load time. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
+/* (not with clang < 15: it names the ifunc "f.ifunc", so other files' calls do not link) */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+    (!defined(__clang__) || __clang_major__ >= 15)
 #define VEXP_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define VEXP_CLONES
@@ -33,8 +35,8 @@
  */
 static inline __attribute__((always_inline)) float exp_f32(float x) {
     const float hi = 88.3762626647949f, lo = -87.3365447504f;
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc;
+    float xc = x < hi ? x : hi; /* NaN -> hi: (int32_t)NaN below would be undefined */
+    xc = xc > lo ? xc : lo;
     const float shifter = 12582912.0f;
     float n = (xc * 1.44269504088896341f + shifter) - shifter;
     float r = xc - n * 0.693359375f;
