@@ -70,6 +70,9 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
             T mt = VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
             if (mn == (T)-INFINITY) { /* nothing visible yet: P row = 0 */
+                for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
+                    if (sr[c2] != sr[c2])
+                        l[r] = sr[c2];
                 memset(sr, 0, (size_t)cols * sizeof(T));
                 continue;
             }
@@ -96,7 +99,7 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
     }
     /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
     for (int64_t r = 0; r < rows; ++r) {
-        bool live = any && l[r] > 0;
+        bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
         T inv = live ? 1 / l[r] : 0;
         T *orow = (T *)attn__at4(&c->out, b, h, i0 + r, 0);
         int64_t so = c->out.stride[3];
