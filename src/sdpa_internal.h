@@ -14,7 +14,7 @@
 #define ATTN__SDPA_LSE_EMPTY (-1e30)
 
 /* Default tiles (docs/design.md "sdpa": measured on the 2-core machine). */
-#define ATTN__SDPA_BQ 128    /* query rows per task (tiled) */
+#define ATTN__SDPA_BQ 256    /* query rows per task (tiled) */
 #define ATTN__SDPA_BK 512    /* keys per tile (tiled) */
 #define ATTN__SDPA_BQ_MAT 64 /* query rows per task (materialized: bq x Tk scores) */
 

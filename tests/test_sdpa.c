@@ -394,8 +394,10 @@ START_TEST(sw_tiled_independent_of_tk) {
     ck_assert_uint_gt(big, 0);
     ck_assert_uint_eq(big, small);
     ck_assert_uint_lt(big, (size_t)64 << 20);
-    o.algo = ATTN_ALGO_MATERIALIZED; /* whole rows grow with Tk */
-    ck_assert_uint_gt(attn_sdpa_workspace_size(&q, &k, &k, &o), small);
+    o.algo = ATTN_ALGO_MATERIALIZED; /* whole rows: grows with Tk */
+    size_t mat_small = attn_sdpa_workspace_size(&q, &k, &k, &o);
+    attn_view_init_strided(&k, ATTN_F32, dummy, 4, (int64_t[]){1, 12, 65536, 64}, st);
+    ck_assert_uint_gt(attn_sdpa_workspace_size(&q, &k, &k, &o), 8 * mat_small);
 }
 END_TEST
 
