@@ -133,6 +133,41 @@ static inline void sd_masks_free(sd_masks *m) {
     sd_free(&m->bias);
 }
 
+#ifdef ATTN_FIXTURE_H /* fixture helpers for suites that include fixture.h first */
+/* A fixture tensor as a contiguous tensor of dtype dt (U8: non-zero -> 1). */
+static inline sd_t sd_from_fx(const fx_tensor *x, attn_dtype dt) {
+    ck_assert_ptr_nonnull(x);
+    sd_t t = sd_zeros(dt, x->ndim, x->shape);
+    int64_t idx[4] = {0}, n = 0;
+    if (x->n)
+        do tu_set(&t.v, idx, dt == ATTN_U8 ? x->data[n++] != 0 : x->data[n++]);
+        while (tu_inc(idx, x->shape, x->ndim));
+    return t;
+}
+
+/* The masks a generator fixture declares (meta causal, has_keep, has_bias, has_kv_len). */
+static inline void sd_fx_masks(fx_file *fx, attn_dtype dt, sd_masks *m, attn_sdpa_opts *o) {
+    memset(m, 0, sizeof *m);
+    o->causal = (attn_causal)fx_meta(fx, "causal", 0);
+    if (fx_meta(fx, "has_keep", 0)) {
+        m->keep = sd_from_fx(fx_get(fx, "keep"), ATTN_U8);
+        m->keep_v = m->keep.v;
+        o->keep = &m->keep_v;
+    }
+    if (fx_meta(fx, "has_bias", 0)) {
+        m->bias = sd_from_fx(fx_get(fx, "bias"), dt);
+        m->bias_v = m->bias.v;
+        o->bias = &m->bias_v;
+    }
+    if (fx_meta(fx, "has_kv_len", 0)) {
+        fx_tensor *x = fx_get(fx, "kv_len");
+        ck_assert(x && x->n <= 8);
+        for (int64_t i = 0; i < x->n; ++i) m->kvl[i] = (int64_t)x->data[i];
+        o->kv_len = m->kvl;
+    }
+}
+#endif
+
 /* No element of v is NaN. */
 static inline void sd_check_no_nan(const attn_view *v, const char *what) {
     if (tu_numel(v) == 0) return;

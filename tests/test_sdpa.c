@@ -220,43 +220,14 @@ START_TEST(sd_fixtures) {
         ck_assert_msg(fx != NULL, "%s", files[fi]);
         for (int d = 0; d < 2; ++d) {
             attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
-            fx_tensor *tq = fx_get(fx, "q"), *tk = fx_get(fx, "k"), *tv = fx_get(fx, "v");
-            fx_tensor *to = fx_get(fx, "out"), *tl = fx_get(fx, "lse");
-            ck_assert(tq && tk && tv && to && tl);
-            sd_t q = sd_zeros(dt, 4, tq->shape), k = sd_zeros(dt, 4, tk->shape);
-            sd_t v = sd_zeros(dt, 4, tv->shape), out = sd_zeros(dt, 4, to->shape);
-            sd_t lse = sd_zeros(dt, 3, tl->shape), want = sd_zeros(ATTN_F64, 4, to->shape);
-            sd_t wl = sd_zeros(ATTN_F64, 3, tl->shape);
-            fx_tensor *src[] = {tq, tk, tv, to, tl};
-            sd_t *dst[] = {&q, &k, &v, &want, &wl};
-            for (int i = 0; i < 5; ++i) {
-                int64_t idx[4] = {0}, n = 0;
-                do tu_set(&dst[i]->v, idx, src[i]->data[n++]);
-                while (tu_inc(idx, src[i]->shape, src[i]->ndim));
-            }
-            attn_sdpa_opts o = {.causal = (attn_causal)fx_meta(fx, "causal", 0),
-                                .lse = &lse.v};
-            sd_t keep = {0}, bias = {0};
-            fx_tensor *tkeep = fx_meta(fx, "has_keep", 0) ? fx_get(fx, "keep") : NULL;
-            fx_tensor *tbias = fx_meta(fx, "has_bias", 0) ? fx_get(fx, "bias") : NULL;
-            if (tkeep) {
-                keep = sd_zeros(ATTN_U8, tkeep->ndim, tkeep->shape);
-                for (int64_t i = 0; i < tkeep->n; ++i) ((uint8_t *)keep.mem)[i] = tkeep->data[i] != 0;
-                o.keep = &keep.v;
-            }
-            if (tbias) {
-                bias = sd_zeros(dt, tbias->ndim, tbias->shape);
-                int64_t idx[4] = {0}, n = 0;
-                do tu_set(&bias.v, idx, tbias->data[n++]);
-                while (tu_inc(idx, tbias->shape, tbias->ndim));
-                o.bias = &bias.v;
-            }
-            int64_t kvl[8];
-            fx_tensor *tkv = fx_meta(fx, "has_kv_len", 0) ? fx_get(fx, "kv_len") : NULL;
-            if (tkv) {
-                for (int64_t i = 0; i < tkv->n && i < 8; ++i) kvl[i] = (int64_t)tkv->data[i];
-                o.kv_len = kvl;
-            }
+            sd_t q = sd_from_fx(fx_get(fx, "q"), dt), k = sd_from_fx(fx_get(fx, "k"), dt);
+            sd_t v = sd_from_fx(fx_get(fx, "v"), dt);
+            sd_t want = sd_from_fx(fx_get(fx, "out"), ATTN_F64);
+            sd_t wl = sd_from_fx(fx_get(fx, "lse"), ATTN_F64);
+            sd_t out = sd_zeros(dt, 4, want.v.shape), lse = sd_zeros(dt, 3, wl.v.shape);
+            attn_sdpa_opts o = {.lse = &lse.v};
+            sd_masks m;
+            sd_fx_masks(fx, dt, &m, &o);
             for (int a = 1; a <= 2; ++a) {
                 o.algo = (attn_algo)a;
                 o.block_q = a == 2 ? 3 : 0;
@@ -265,8 +236,9 @@ START_TEST(sd_fixtures) {
                 tu_check_close(&out.v, &want.v, TU_RTOL(dt), TU_ATOL(dt), files[fi]);
                 tu_check_close(&lse.v, &wl.v, TU_RTOL(dt), TU_ATOL(dt), files[fi]);
             }
-            sd_t *all[] = {&q, &k, &v, &out, &lse, &want, &wl, &keep, &bias};
+            sd_t *all[] = {&q, &k, &v, &out, &lse, &want, &wl};
             for (size_t i = 0; i < sizeof all / sizeof *all; ++i) sd_free(all[i]);
+            sd_masks_free(&m);
         }
         fx_free(fx);
     }

@@ -314,34 +314,11 @@ START_TEST(sb_fixtures) {
         ck_assert_msg(fx != NULL, "%s", files[fi]);
         const char *names[] = {"q", "k", "v", "dout", "dq", "dk", "dv"};
         sd_t t[7];
-        for (int i = 0; i < 7; ++i) {
-            fx_tensor *x = fx_get(fx, names[i]);
-            ck_assert(x && x->ndim == 4);
-            t[i] = sd_zeros(ATTN_F64, 4, x->shape);
-            memcpy(t[i].mem, x->data, (size_t)x->n * 8);
-        }
-        attn_sdpa_opts o = {.causal = (attn_causal)fx_meta(fx, "causal", 0)};
-        sd_t keep = {0}, bias = {0};
-        if (fx_meta(fx, "has_keep", 0)) {
-            fx_tensor *x = fx_get(fx, "keep");
-            keep = sd_zeros(ATTN_U8, x->ndim, x->shape);
-            for (int64_t i = 0; i < x->n; ++i) ((uint8_t *)keep.mem)[i] = x->data[i] != 0;
-            o.keep = &keep.v;
-        }
-        if (fx_meta(fx, "has_bias", 0)) {
-            fx_tensor *x = fx_get(fx, "bias");
-            bias = sd_zeros(ATTN_F64, x->ndim, x->shape);
-            memcpy(bias.mem, x->data, (size_t)x->n * 8);
-            o.bias = &bias.v;
-        }
-        int64_t kvl[8];
-        if (fx_meta(fx, "has_kv_len", 0)) {
-            fx_tensor *x = fx_get(fx, "kv_len");
-            for (int64_t i = 0; i < x->n && i < 8; ++i) kvl[i] = (int64_t)x->data[i];
-            o.kv_len = kvl;
-        }
-        int64_t os[4] = {t[0].v.shape[0], t[0].v.shape[1], t[0].v.shape[2], t[2].v.shape[3]};
-        sd_t out = sd_zeros(ATTN_F64, 4, os), lse = sd_zeros(ATTN_F64, 3, os);
+        for (int i = 0; i < 7; ++i) t[i] = sd_from_fx(fx_get(fx, names[i]), ATTN_F64);
+        attn_sdpa_opts o = {0};
+        sd_masks m;
+        sd_fx_masks(fx, ATTN_F64, &m, &o);
+        sd_t out = sd_zeros(ATTN_F64, 4, t[3].v.shape), lse = sd_zeros(ATTN_F64, 3, t[3].v.shape);
         for (int a = 1; a <= 2; ++a) {
             attn_sdpa_opts fo = o;
             fo.lse = &lse.v;
@@ -355,12 +332,15 @@ START_TEST(sb_fixtures) {
                                                 &t[3].v, &g[0].v, &g[1].v, &g[2].v, NULL, 0),
                              ATTN_OK);
             for (int i = 0; i < 3; ++i) {
-                tu_check_close(&g[i].v, &t[4 + i].v, 1e-12, 1e-13, files[fi]);
+                tu_check_close(&g[i].v, &t[4 + i].v, TU_RTOL(ATTN_F64), TU_ATOL(ATTN_F64),
+                               files[fi]);
                 sd_free(&g[i]);
             }
         }
         for (int i = 0; i < 7; ++i) sd_free(&t[i]);
-        sd_free(&out); sd_free(&lse); sd_free(&keep); sd_free(&bias);
+        sd_free(&out);
+        sd_free(&lse);
+        sd_masks_free(&m);
         fx_free(fx);
     }
 }
