@@ -93,6 +93,81 @@ static attn_status want_out(const attn_view *v, attn_dtype dt, int ndim, const i
     return ATTN_OK;
 }
 
+/*
+ * Aliasing for whole layer calls: every output view against every input and
+ * every other output (the same view object twice among the outputs is one
+ * output, as a trace may name one view twice; NULL and invalid views are
+ * skipped: the other checks report them). Spans are taken once, so a call
+ * with a full trace costs a few hundred pointer compares.
+ */
+enum { MAX_ALIAS_VIEWS = 64 };
+static attn_status no_alias(const attn_view *const *outs, int no, const attn_view *const *ins,
+                            int ni) {
+    const void *lo[MAX_ALIAS_VIEWS], *hi[MAX_ALIAS_VIEWS];
+    const attn_view *all[MAX_ALIAS_VIEWS];
+    int n = 0;
+    for (int i = 0; i < no; ++i)
+        all[n++] = outs[i];
+    for (int i = 0; i < ni; ++i)
+        all[n++] = ins[i];
+    for (int i = 0; i < n; ++i) {
+        lo[i] = hi[i] = NULL;
+        if (all[i])
+            attn_view_span(all[i], &lo[i], &hi[i]);
+    }
+    for (int i = 0; i < no; ++i)
+        for (int j = i + 1; j < n; ++j)
+            if (lo[i] != hi[i] && lo[j] != hi[j] && (j >= no || all[i] != all[j]) &&
+                (const char *)lo[i] < (const char *)hi[j] &&
+                (const char *)lo[j] < (const char *)hi[i])
+                return ATTN_EALIAS;
+    return ATTN_OK;
+}
+
+/* Append the views of a parameter (or gradient) struct that cfg uses; return the count. */
+static int mha_views(const attn_mha_config *c, const attn_mha_params *p, const attn_view **l,
+                     int n) {
+    if (!p)
+        return n;
+    const attn_view *v[] = {&p->wq, &p->wk, &p->wv, &p->wo, &p->bq, &p->bk, &p->bv, &p->bo};
+    for (int i = 0; i < (c->bias ? 8 : 4); ++i)
+        l[n++] = v[i];
+    return n;
+}
+static int ffn_views(const attn_ffn_config *c, const attn_ffn_params *p, const attn_view **l,
+                     int n) {
+    if (!p)
+        return n;
+    const attn_view *v[] = {&p->w1, &p->w2, &p->b1, &p->b2};
+    for (int i = 0; i < (c->bias ? 4 : 2); ++i)
+        l[n++] = v[i];
+    return n;
+}
+static int enc_views(const attn_encoder_config *c, const attn_encoder_params *p,
+                     const attn_view **l, int n) {
+    if (!p)
+        return n;
+    if (c->ln_affine) {
+        l[n++] = &p->ln1_g, l[n++] = &p->ln1_b;
+        l[n++] = &p->ln2_g, l[n++] = &p->ln2_b;
+    }
+    return ffn_views(&c->ffn, &p->ffn, l, mha_views(&c->mha, &p->mha, l, n));
+}
+static int trace_views(const attn_trace *t, const attn_view **l, int n) {
+    if (!t)
+        return n;
+    const attn_view *v[] = {t->ln1,        t->q,          t->k,
+                            t->v,          t->scores,     t->attention,
+                            t->read_values, t->concat,    t->projected_attention,
+                            t->residual1,  t->ln2,        t->mlp_hidden_pre,
+                            t->mlp_hidden, t->mlp_output, t->output,
+                            t->lse,        t->ln1_mean,   t->ln1_rstd,
+                            t->ln2_mean,   t->ln2_rstd,   t->residual2};
+    for (size_t i = 0; i < sizeof v / sizeof *v; ++i)
+        l[n++] = v[i];
+    return n;
+}
+
 static const attn_trace no_trace;
 static const attn_sdpa_opts default_opts;
 
@@ -497,8 +572,9 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
     attn_mha_config c;
     mha_dims d;
     ATTN_TRY(mha_prepare(cfg, p, x_q, x_kv, &opts, &trace, &c, &d));
-    const attn_view *ins[] = {x_q, x_kv, &p->wq, &p->wk, &p->wv, &p->wo};
-    ATTN_TRY(want_out(out, c.dtype, 3, (int64_t[]){d.B, d.Tq, c.d_model}, ins, 6));
+    ATTN_TRY(want_out(out, c.dtype, 3, (int64_t[]){d.B, d.Tq, c.d_model}, NULL, 0));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x_q, x_kv}, *outs[MAX_ALIAS_VIEWS] = {out};
+    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, mha_views(&c, p, ins, 2)));
     RUN_BODY(mha_body(&c, p, &d, opts, out, trace, pl),
              mha_body(&c, p, &d, opts, out, trace, pl));
 }
@@ -613,6 +689,10 @@ attn_status attn_mha_backward(const attn_mha_config *cfg, const attn_mha_params 
     mha_dims d;
     ATTN_TRY(mha_back_prepare(cfg, p, x_q, x_kv, &opts, cache, dout, dx_q, dx_kv, grads, &c,
                               &d));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x_q, x_kv, dout};
+    const attn_view *outs[MAX_ALIAS_VIEWS] = {dx_q, dx_kv};
+    ATTN_TRY(no_alias(outs, mha_views(&c, grads, outs, 2), ins,
+                      mha_views(&c, p, ins, trace_views(cache, ins, 3))));
     RUN_BODY(mha_back_body(&c, p, &d, opts, cache, dout, dx_q, dx_kv, grads, pl),
              mha_back_body(&c, p, &d, opts, cache, dout, dx_q, dx_kv, grads, pl));
 }
@@ -862,8 +942,9 @@ attn_status attn_ffn_forward(const attn_ffn_config *cfg, const attn_ffn_params *
                              void *work, size_t work_size) {
     attn_ffn_config c;
     ATTN_TRY(ffn_prepare(cfg, p, x, &trace, &c));
-    const attn_view *ins[] = {x, &p->w1, &p->w2};
-    ATTN_TRY(want_out(out, c.dtype, x->ndim, x->shape, ins, 3));
+    ATTN_TRY(want_out(out, c.dtype, x->ndim, x->shape, NULL, 0));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x}, *outs[MAX_ALIAS_VIEWS] = {out};
+    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, ffn_views(&c, p, ins, 1)));
     RUN_BODY(ffn_body(&c, p, x, out, trace, pl), ffn_body(&c, p, x, out, trace, pl));
 }
 
@@ -917,6 +998,9 @@ attn_status attn_ffn_backward(const attn_ffn_config *cfg, const attn_ffn_params 
     ATTN_TRY(check_grad_out(dx, x));
     if (grads)
         ATTN_TRY(check_ffn_params(&c, grads));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x, dout}, *outs[MAX_ALIAS_VIEWS] = {dx};
+    ATTN_TRY(no_alias(outs, ffn_views(&c, grads, outs, 1), ins,
+                      ffn_views(&c, p, ins, trace_views(cache, ins, 2))));
     RUN_BODY(ffn_back_body(&c, p, x, cache, dout, dx, grads, pl),
              ffn_back_body(&c, p, x, cache, dout, dx, grads, pl));
 }
@@ -1153,9 +1237,9 @@ attn_status attn_encoder_forward(const attn_encoder_config *cfg, const attn_enco
                                  size_t work_size) {
     attn_encoder_config c;
     ATTN_TRY(enc_prepare(cfg, p, x, &opts, &trace, &c));
-    const attn_view *ins[] = {x, &p->mha.wq, &p->mha.wk, &p->mha.wv, &p->mha.wo, &p->ffn.w1,
-                              &p->ffn.w2};
-    ATTN_TRY(want_out(out, c.mha.dtype, 3, x->shape, ins, 7));
+    ATTN_TRY(want_out(out, c.mha.dtype, 3, x->shape, NULL, 0));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x}, *outs[MAX_ALIAS_VIEWS] = {out};
+    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, enc_views(&c, p, ins, 1)));
     RUN_BODY(enc_body(&c, p, x, opts, out, trace, pl), enc_body(&c, p, x, opts, out, trace, pl));
 }
 
@@ -1302,6 +1386,9 @@ attn_status attn_encoder_backward(const attn_encoder_config *cfg, const attn_enc
     ATTN_TRY(check_grad_out(dx, x));
     if (grads)
         ATTN_TRY(check_encoder_params(&c, grads));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x, dout}, *outs[MAX_ALIAS_VIEWS] = {dx};
+    ATTN_TRY(no_alias(outs, enc_views(&c, grads, outs, 1), ins,
+                      enc_views(&c, p, ins, trace_views(cache, ins, 2))));
     RUN_BODY(enc_back_body(&c, p, x, opts, cache, dout, dx, grads, pl),
              enc_back_body(&c, p, x, opts, cache, dout, dx, grads, pl));
 }
