@@ -70,7 +70,7 @@ static unsigned char hs_snap[HS_ARENA_BYTES];
 static size_t hs_used;
 static uint64_t hs_seed; /* reset per case: a case built twice holds the same values */
 
-#define HS_MAXV 12
+#define HS_MAXV 64
 
 typedef struct hs_case hs_case;
 struct hs_case {
@@ -78,11 +78,17 @@ struct hs_case {
     attn_dtype dt;
     int nin, nout; /* v[0..nin) inputs, v[nin..nin+nout) outputs */
     attn_view v[HS_MAXV];
-    unsigned same_ok[HS_MAXV]; /* bit i of same_ok[o]: output o may BE input i */
+    uint64_t same_ok[HS_MAXV]; /* bit i of same_ok[o]: output o may BE input i */
     attn_status (*call)(hs_case *);
     attn_sdpa_opts opts; /* sdpa: keep/bias/weights/lse point into v */
     int act;
     double eps;
+    /* layers: configs; parameters, caches and gradients are views of v */
+    attn_mha_config mha;
+    attn_ffn_config ffn;
+    attn_encoder_config enc;
+    attn_trace tr;
+    int p0, g0; /* index of the first parameter view and of the first gradient */
 };
 
 static attn_view *hs_out(hs_case *c, int o) { return &c->v[c->nin + o]; }
@@ -115,8 +121,9 @@ static void hs_outp(hs_case *c, int ndim, const int64_t *shape) {
 
 /* ---- one small valid call per public function ------------------------------------ */
 
-#define V(i)    (&c->v[i])
-#define SH(...) ((const int64_t[]){__VA_ARGS__})
+#define V(i)        (&c->v[i])
+#define SH(...)     ((const int64_t[]){__VA_ARGS__})
+#define HS_OK(call) ck_assert_int_eq((call), ATTN_OK)
 
 static attn_status call_gemm(hs_case *c) {
     return attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 0.5, V(0), V(1), 1.0, V(2), NULL, 0);
@@ -177,6 +184,91 @@ static attn_status call_init_orth(hs_case *c) {
     return attn_init_orthogonal(1.0, 1, 2, V(0), NULL, 0, NULL);
 }
 
+static attn_status call_posenc_add(hs_case *c) { return attn_posenc_add(1, V(0), V(1)); }
+static attn_status call_posenc_add_bwd(hs_case *c) {
+    return attn_posenc_add_backward(1, V(0), V(1));
+}
+static attn_status call_patchify(hs_case *c) { return attn_patchify(2, V(0), V(1)); }
+static attn_status call_sinusoidal(hs_case *c) { return attn_posenc_sinusoidal(0, V(0)); }
+static attn_status call_rope(hs_case *c) { return attn_rope(ATTN_ROPE_HALF, 0, 2, V(0)); }
+
+/* Parameter structs over consecutive views of v, starting at index i. */
+static attn_mha_params hs_mha_params(hs_case *c, int i, bool bias) {
+    attn_mha_params p = {.wq = *V(i), .wk = *V(i + 1), .wv = *V(i + 2), .wo = *V(i + 3)};
+    if (bias)
+        p.bq = *V(i + 4), p.bk = *V(i + 5), p.bv = *V(i + 6), p.bo = *V(i + 7);
+    return p;
+}
+static attn_ffn_params hs_ffn_params(hs_case *c, int i) {
+    return (attn_ffn_params){*V(i), *V(i + 1), *V(i + 2), *V(i + 3)};
+}
+static attn_encoder_params hs_enc_params(hs_case *c, int i) {
+    attn_encoder_params p = {
+        .ln1_g = *V(i), .ln1_b = *V(i + 1), .ln2_g = *V(i + 10), .ln2_b = *V(i + 11)};
+    p.mha = hs_mha_params(c, i + 2, true);
+    p.ffn = hs_ffn_params(c, i + 12);
+    return p;
+}
+
+/* mha forward: x_q x_kv wq wk wv wo bq bk bv bo | out */
+static attn_status call_mha(hs_case *c) {
+    attn_mha_params p = hs_mha_params(c, 2, true);
+    return attn_mha_forward(&c->mha, &p, V(0), V(1), NULL, V(10), NULL, NULL, 0);
+}
+/* mha backward (self, no bias): x wq wk wv wo [q k v concat lse] dout | dx dwq dwk dwv dwo */
+static attn_status call_mha_bwd(hs_case *c) {
+    attn_mha_params p = hs_mha_params(c, 1, false), g = hs_mha_params(c, c->g0, false);
+    return attn_mha_backward(&c->mha, &p, V(0), NULL, NULL, &c->tr, V(10), V(11), NULL, &g,
+                             NULL, 0);
+}
+/* ffn forward: x w1 b1 w2 b2 | out */
+static attn_status call_ffn(hs_case *c) {
+    attn_ffn_params p = hs_ffn_params(c, 1);
+    return attn_ffn_forward(&c->ffn, &p, V(0), V(5), NULL, NULL, 0);
+}
+/* ffn backward: x w1 b1 w2 b2 hidden_pre hidden dout | dx dw1 db1 dw2 db2 */
+static attn_status call_ffn_bwd(hs_case *c) {
+    attn_ffn_params p = hs_ffn_params(c, 1), g = hs_ffn_params(c, c->g0);
+    c->tr = (attn_trace){.mlp_hidden_pre = V(5), .mlp_hidden = V(6)};
+    return attn_ffn_backward(&c->ffn, &p, V(0), &c->tr, V(7), V(8), &g, NULL, 0);
+}
+/* encoder forward: x, 16 parameters | out */
+static attn_status call_enc(hs_case *c) {
+    attn_encoder_params p = hs_enc_params(c, 1);
+    return attn_encoder_forward(&c->enc, &p, V(0), NULL, V(17), NULL, NULL, 0);
+}
+/* encoder backward: x, 16 parameters, 15 cache views, dout | dx, 16 gradients */
+static attn_status call_enc_bwd(hs_case *c) {
+    attn_encoder_params p = hs_enc_params(c, 1), g = hs_enc_params(c, c->g0);
+    return attn_encoder_backward(&c->enc, &p, V(0), NULL, &c->tr, V(32), V(33), &g, NULL, 0);
+}
+
+/* A slab of the arena, 64-byte aligned, filled with values in [-1, 1) of dtype dt. */
+static void *hs_slab(size_t bytes, attn_dtype dt) {
+    hs_used = (hs_used + 63) & ~(size_t)63;
+    ck_assert_uint_le(hs_used + bytes, HS_ARENA_BYTES / 2);
+    void *p = hs_mem + hs_used;
+    hs_used += bytes;
+    attn_view all;
+    size_t es = attn_dtype_size(dt);
+    HS_OK(attn_view_init(&all, dt, p, 1, (int64_t[]){(int64_t)(bytes / es)}));
+    tu_fill(&all, &hs_seed, 1.0);
+    return p;
+}
+
+static void hs_mha_inputs(hs_case *c, bool bias, int64_t ckv) {
+    for (int i = 0; i < 4; ++i)
+        hs_in(c, 2, (int64_t[]){i == 1 || i == 2 ? ckv : 4, 4});
+    for (int i = 0; bias && i < 4; ++i)
+        hs_in(c, 1, SH(4));
+}
+static void hs_ffn_inputs(hs_case *c) {
+    hs_in(c, 2, SH(4, 8));
+    hs_in(c, 1, SH(8));
+    hs_in(c, 2, SH(8, 4));
+    hs_in(c, 1, SH(4));
+}
+
 /* Probability rows for the diag functions (uniform rows of width Tk). */
 static void hs_uniform_rows(attn_view *p) {
     int64_t idx[ATTN_MAX_DIMS] = {0};
@@ -185,7 +277,7 @@ static void hs_uniform_rows(attn_view *p) {
     while (tu_inc(idx, p->shape, p->ndim));
 }
 
-enum { HS_NCASES = 25 };
+enum { HS_NCASES = 36 };
 
 /* Build case `which` for dtype dt into *c; false past the last case. */
 static bool hs_build(int which, attn_dtype dt, hs_case *c) {
@@ -346,6 +438,109 @@ static bool hs_build(int which, attn_dtype dt, hs_case *c) {
         c->name = "attn_init_uniform", c->call = call_init_uniform;
         hs_outp(c, 3, SH(2, 4, 3));
         return true;
+    case 25:
+        c->name = "attn_posenc_add", c->call = call_posenc_add;
+        hs_in(c, 2, SH(5, 4));
+        hs_outp(c, 3, SH(2, 3, 4));
+        return true;
+    case 26:
+        c->name = "attn_posenc_add_backward", c->call = call_posenc_add_bwd;
+        hs_in(c, 3, SH(2, 3, 4));
+        hs_outp(c, 2, SH(5, 4));
+        return true;
+    case 27:
+        c->name = "attn_patchify", c->call = call_patchify;
+        hs_in(c, 3, SH(3, 4, 6));
+        hs_outp(c, 2, SH(6, 12));
+        return true;
+    case 28:
+        c->name = "attn_posenc_sinusoidal", c->call = call_sinusoidal;
+        hs_outp(c, 2, SH(5, 4));
+        return true;
+    case 29:
+        c->name = "attn_rope", c->call = call_rope;
+        hs_outp(c, 4, SH(1, 2, 3, 4));
+        return true;
+    case 30:
+        c->name = "attn_mha_forward", c->call = call_mha;
+        c->mha =
+            (attn_mha_config){.dtype = dt, .d_model = 4, .heads = 2, .d_kv = 3, .bias = true};
+        hs_in(c, 3, SH(2, 3, 4));
+        hs_in(c, 3, SH(2, 5, 3));
+        hs_mha_inputs(c, true, 3);
+        hs_outp(c, 3, SH(2, 3, 4));
+        return true;
+    case 31: {
+        c->name = "attn_mha_backward", c->call = call_mha_bwd;
+        c->mha = (attn_mha_config){.dtype = dt, .d_model = 4, .heads = 2};
+        hs_in(c, 3, SH(2, 3, 4));
+        hs_mha_inputs(c, false, 4);
+        size_t n = attn_mha_cache_size(&c->mha, 2, 3, 3);
+        void *slab = hs_slab(n, dt);
+        HS_OK(attn_mha_cache_bind(&c->mha, 2, 3, 3, slab, n, &c->v[c->nin], &c->tr));
+        c->nin += 5;
+        hs_in(c, 3, SH(2, 3, 4)); /* dout: index 10 */
+        hs_outp(c, 3, SH(2, 3, 4));
+        c->g0 = c->nin + 1;
+        hs_mha_inputs(c, false, 4), c->nin -= 4, c->nout += 4; /* the gradients are outputs */
+        return true;
+    }
+    case 32:
+        c->name = "attn_ffn_forward", c->call = call_ffn;
+        c->ffn = (attn_ffn_config){.dtype = dt, .d_model = 4, .d_ff = 8, .bias = true};
+        hs_in(c, 3, SH(2, 3, 4));
+        hs_ffn_inputs(c);
+        hs_outp(c, 3, SH(2, 3, 4));
+        return true;
+    case 33:
+        c->name = "attn_ffn_backward", c->call = call_ffn_bwd;
+        c->ffn = (attn_ffn_config){
+            .dtype = dt, .d_model = 4, .d_ff = 8, .bias = true, .act = ATTN_ACT_GELU_ERF};
+        hs_in(c, 3, SH(2, 3, 4));
+        hs_ffn_inputs(c);
+        hs_in(c, 3, SH(2, 3, 8));
+        hs_in(c, 3, SH(2, 3, 8));
+        hs_in(c, 3, SH(2, 3, 4));
+        hs_outp(c, 3, SH(2, 3, 4));
+        c->g0 = c->nin + 1;
+        hs_ffn_inputs(c), c->nin -= 4, c->nout += 4;
+        return true;
+    case 34:
+    case 35: {
+        bool bwd = which == 35;
+        c->name = bwd ? "attn_encoder_backward" : "attn_encoder_forward";
+        c->call = bwd ? call_enc_bwd : call_enc;
+        c->enc =
+            (attn_encoder_config){.mha = {.dtype = dt, .d_model = 4, .heads = 2, .bias = true},
+                                  .ffn = {.dtype = dt, .d_model = 4, .d_ff = 8, .bias = true},
+                                  .norm = bwd ? ATTN_POST_NORM : ATTN_PRE_NORM,
+                                  .ln_affine = true};
+        hs_in(c, 3, SH(2, 3, 4));
+        for (int g = 0; g < (bwd ? 2 : 1); ++g) {
+            if (g == 1)
+                c->g0 = c->nin + 1;
+            int first = c->nin;
+            hs_in(c, 1, SH(4)), hs_in(c, 1, SH(4));
+            hs_mha_inputs(c, true, 4);
+            hs_in(c, 1, SH(4)), hs_in(c, 1, SH(4));
+            hs_ffn_inputs(c);
+            if (g == 1) /* the gradients are outputs */
+                c->nout += c->nin - first, c->nin = first;
+            if (!bwd) {
+                hs_outp(c, 3, SH(2, 3, 4));
+                return true;
+            }
+            if (g == 0) {
+                size_t n = attn_encoder_cache_size(&c->enc, 2, 3);
+                void *slab = hs_slab(n, dt);
+                HS_OK(attn_encoder_cache_bind(&c->enc, 2, 3, slab, n, &c->v[c->nin], &c->tr));
+                c->nin += 15;
+                hs_in(c, 3, SH(2, 3, 4));   /* dout: index 32 */
+                hs_outp(c, 3, SH(2, 3, 4)); /* dx: index 33 */
+            }
+        }
+        return true;
+    }
     }
     return false;
 }
@@ -524,8 +719,6 @@ START_TEST(hs_range_views) {
     ck_assert(memcmp(&w, &v0, sizeof w) == 0);
 }
 END_TEST
-
-#define HS_OK(call) ck_assert_int_eq((call), ATTN_OK)
 
 /* Run f expecting ATTN_ERANGE with no allocation and no BLAS call. */
 #define HS_RANGE(call)                                                                         \
