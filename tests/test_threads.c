@@ -1,0 +1,530 @@
+/* SPDX-License-Identifier: MIT */
+/* Check suite: 8 threads run every public forward and backward at once, bit-identical to
+ * serial. */
+#include <pthread.h>
+
+#include "testutil.h"
+
+/*
+ * Every job reads shared, read-only inputs (built once, serially) and writes
+ * its outputs into the calling thread's own arena, carved in the same order
+ * every time, with its own workspace. A serial pass records each job's
+ * arena bytes; then NTHREADS threads run every job ROUNDS times, each
+ * starting at a different job, and compare their bytes with the serial
+ * ones. Accumulating backwards start from a zeroed arena, so they compare
+ * too. sdpa runs with opts.threads = 0: its own OpenMP team inside each
+ * user thread, which is the case that shares the BLAS thread setting.
+ */
+enum { NTHREADS = 8, ROUNDS = 2, ARENA = 1 << 19 };
+
+typedef struct thr {
+    unsigned char *arena;
+    size_t used, high; /* bytes carved by the current job; the most any job carved */
+    void *work;        /* this thread's workspace, grown on demand */
+    size_t work_size;
+} thr;
+
+/* A zeroed, 64-byte-aligned output view in the thread's arena. */
+static attn_view th_out(thr *t, attn_dtype dt, int ndim, const int64_t *shape) {
+    size_t n = attn_dtype_size(dt);
+    for (int k = 0; k < ndim; ++k)
+        n *= (size_t)shape[k];
+    t->used = (t->used + 63) & ~(size_t)63;
+    ck_assert_uint_le(t->used + n, ARENA);
+    attn_view v;
+    ck_assert_int_eq(attn_view_init(&v, dt, t->arena + t->used, ndim, shape), ATTN_OK);
+    t->used += n;
+    return v;
+}
+static void *th_scalar(thr *t, size_t bytes) {
+    t->used = (t->used + 63) & ~(size_t)63;
+    void *p = t->arena + t->used;
+    t->used += bytes;
+    return p;
+}
+/* The thread's own workspace of `need` bytes (never shared, never NULL). */
+static void *th_work(thr *t, size_t need) {
+    if (need > t->work_size || !t->work) {
+        free(t->work);
+        t->work = malloc(need ? need : 1);
+        t->work_size = need;
+    }
+    return t->work;
+}
+
+#define SH(...)  ((const int64_t[]){__VA_ARGS__})
+#define OK(call) ck_assert_int_eq((call), ATTN_OK)
+#define ATTN_TRY_T(call)                                                                       \
+    do {                                                                                       \
+        attn_status st_ = (call);                                                              \
+        if (st_ != ATTN_OK)                                                                    \
+            return st_;                                                                        \
+    } while (0)
+
+/* ---- shared inputs, one set per dtype ------------------------------------------------ */
+
+enum { B = 2, T = 16, C = 32, H = 4, HKV = 2, D = 8, TK = 24, F = 64 };
+
+typedef struct inputs {
+    attn_dtype dt;
+    attn_view x, dy, gamma, beta, bias, w, wb, dyl, p, mean, rstd;
+    attn_view q, k, v, dout, out, lse;
+    attn_view keep, table, image, a2;
+    attn_sdpa_opts opts;
+    attn_mha_config mha;
+    attn_mha_params mp;
+    attn_ffn_config ffn;
+    attn_ffn_params fp;
+    attn_encoder_config enc;
+    attn_encoder_params ep;
+    attn_trace mcache, fcache, ecache;
+    attn_view mviews[5], fviews[2], eviews[15];
+    void *mem[32];
+    int nmem;
+} inputs;
+
+static inputs IN[2];
+
+static attn_view in_tensor(inputs *in, attn_dtype dt, int ndim, const int64_t *shape,
+                           uint64_t *seed) {
+    size_t n = 1;
+    for (int k = 0; k < ndim; ++k)
+        n *= (size_t)shape[k];
+    void *m = calloc(n, attn_dtype_size(dt));
+    in->mem[in->nmem++] = m;
+    attn_view v;
+    OK(attn_view_init(&v, dt, m, ndim, shape));
+    if (dt == ATTN_U8)
+        for (size_t i = 0; i < n; ++i)
+            ((unsigned char *)m)[i] = (unsigned char)(tu_next(seed) % 4 != 0);
+    else
+        tu_fill(&v, seed, 1.0);
+    return v;
+}
+static void *in_slab(inputs *in, size_t bytes) {
+    void *m = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    memset(m, 0, bytes);
+    in->mem[in->nmem++] = m;
+    return m;
+}
+
+static void inputs_build(inputs *in, attn_dtype dt) {
+    uint64_t seed = dt == ATTN_F64 ? 11 : 7;
+    memset(in, 0, sizeof *in);
+    in->dt = dt;
+    in->x = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    in->dy = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    in->gamma = in_tensor(in, dt, 1, SH(C), &seed);
+    in->beta = in_tensor(in, dt, 1, SH(C), &seed);
+    in->bias = in_tensor(in, dt, 1, SH(F), &seed);
+    in->w = in_tensor(in, dt, 2, SH(C, F), &seed);
+    in->wb = in_tensor(in, dt, 1, SH(F), &seed);
+    in->dyl = in_tensor(in, dt, 3, SH(B, T, F), &seed);
+    in->q = in_tensor(in, dt, 4, SH(B, H, T, D), &seed);
+    in->k = in_tensor(in, dt, 4, SH(B, HKV, TK, D), &seed);
+    in->v = in_tensor(in, dt, 4, SH(B, HKV, TK, D), &seed);
+    in->dout = in_tensor(in, dt, 4, SH(B, H, T, D), &seed);
+    in->keep = in_tensor(in, ATTN_U8, 4, SH(1, 1, T, TK), &seed);
+    in->table = in_tensor(in, dt, 2, SH(T + 4, C), &seed);
+    in->image = in_tensor(in, dt, 3, SH(3, 8, 8), &seed);
+    /* derived inputs, computed once: probabilities, LN statistics, sdpa out and lse */
+    in->p = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    OK(attn_softmax(&in->x, &in->p));
+    in->mean = in_tensor(in, dt, 2, SH(B, T), &seed);
+    in->rstd = in_tensor(in, dt, 2, SH(B, T), &seed);
+    attn_view y = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    OK(attn_layernorm(1e-5, &in->x, &in->gamma, &in->beta, &y, &in->mean, &in->rstd));
+    OK(attn_view_select(&in->x, 0, 0, &in->a2)); /* (T, C) for the SVD */
+    in->out = in_tensor(in, dt, 4, SH(B, H, T, D), &seed);
+    in->lse = in_tensor(in, dt, 3, SH(B, H, T), &seed);
+    in->opts = (attn_sdpa_opts){.causal = ATTN_CAUSAL_BOTTOM_RIGHT, .keep = &in->keep};
+    attn_sdpa_opts o = in->opts;
+    o.lse = &in->lse;
+    OK(attn_sdpa(&in->q, &in->k, &in->v, &o, &in->out, NULL, 0));
+    /* layers: parameters from attn_init, caches from one serial forward */
+    in->mha =
+        (attn_mha_config){.dtype = dt, .d_model = C, .heads = H, .kv_heads = HKV, .bias = true};
+    size_t n = attn_mha_params_size(&in->mha);
+    OK(attn_mha_params_bind(&in->mp, &in->mha, in_slab(in, n), n));
+    attn_view *mv[] = {&in->mp.wq, &in->mp.wk, &in->mp.wv, &in->mp.wo,
+                       &in->mp.bq, &in->mp.bk, &in->mp.bv, &in->mp.bo};
+    for (int i = 0; i < 8; ++i)
+        OK(attn_init_normal(3, (uint64_t)i, 0, 0.0, 0.2, mv[i]));
+    n = attn_mha_cache_size(&in->mha, B, T, T);
+    OK(attn_mha_cache_bind(&in->mha, B, T, T, in_slab(in, n), n, in->mviews, &in->mcache));
+    attn_view mo = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    OK(attn_mha_forward(&in->mha, &in->mp, &in->x, NULL, NULL, &mo, &in->mcache, NULL, 0));
+
+    in->ffn = (attn_ffn_config){
+        .dtype = dt, .d_model = C, .d_ff = F, .bias = true, .act = ATTN_ACT_GELU_TANH};
+    n = attn_ffn_params_size(&in->ffn);
+    OK(attn_ffn_params_bind(&in->fp, &in->ffn, in_slab(in, n), n));
+    attn_view *fv[] = {&in->fp.w1, &in->fp.b1, &in->fp.w2, &in->fp.b2};
+    for (int i = 0; i < 4; ++i)
+        OK(attn_init_normal(4, (uint64_t)i, 0, 0.0, 0.2, fv[i]));
+    in->fviews[0] = in_tensor(in, dt, 3, SH(B, T, F), &seed);
+    in->fviews[1] = in_tensor(in, dt, 3, SH(B, T, F), &seed);
+    in->fcache = (attn_trace){.mlp_hidden_pre = &in->fviews[0], .mlp_hidden = &in->fviews[1]};
+    attn_view fo = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    OK(attn_ffn_forward(&in->ffn, &in->fp, &in->x, &fo, &in->fcache, NULL, 0));
+
+    in->enc = (attn_encoder_config){
+        .mha = in->mha, .ffn = in->ffn, .ln_affine = true, .norm = ATTN_PRE_NORM};
+    n = attn_encoder_params_size(&in->enc);
+    OK(attn_encoder_params_bind(&in->ep, &in->enc, in_slab(in, n), n));
+    OK(attn_init_uniform(5, 0, 0, -0.3, 0.3, &in->ep.mha.wq));
+    OK(attn_init_uniform(5, 1, 0, -0.3, 0.3, &in->ep.mha.wk));
+    OK(attn_init_uniform(5, 2, 0, -0.3, 0.3, &in->ep.mha.wv));
+    OK(attn_init_uniform(5, 3, 0, -0.3, 0.3, &in->ep.mha.wo));
+    OK(attn_init_uniform(5, 4, 0, -0.3, 0.3, &in->ep.ffn.w1));
+    OK(attn_init_uniform(5, 5, 0, -0.3, 0.3, &in->ep.ffn.w2));
+    OK(attn_init_uniform(5, 6, 0, 0.5, 1.5, &in->ep.ln1_g));
+    OK(attn_init_uniform(5, 7, 0, 0.5, 1.5, &in->ep.ln2_g));
+    n = attn_encoder_cache_size(&in->enc, B, T);
+    OK(attn_encoder_cache_bind(&in->enc, B, T, in_slab(in, n), n, in->eviews, &in->ecache));
+    attn_view eo = in_tensor(in, dt, 3, SH(B, T, C), &seed);
+    OK(attn_encoder_forward(&in->enc, &in->ep, &in->x, NULL, &eo, &in->ecache, NULL, 0));
+}
+
+static void inputs_free(inputs *in) {
+    for (int i = 0; i < in->nmem; ++i)
+        free(in->mem[i]);
+    in->nmem = 0;
+}
+
+/* ---- the jobs: one call (or an in-place pair) each, outputs in the thread's arena ---- */
+
+typedef attn_status (*job_fn)(thr *t, const inputs *in);
+
+static attn_status j_gemm(thr *t, const inputs *in) {
+    attn_view c = th_out(t, in->dt, 3, SH(B, T, F));
+    attn_view wt;
+    attn_view_transpose(&in->w, 0, 1, &wt); /* (F, C) viewed back: packed or transposed */
+    size_t n = attn_gemm_workspace_size(ATTN_NO_TRANS, ATTN_TRANS, &in->x, &wt, &c);
+    return attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 0.5, &in->x, &wt, 0.0, &c, th_work(t, n), n);
+}
+static attn_status j_copy(thr *t, const inputs *in) {
+    attn_view y = th_out(t, in->dt, 3, SH(B, T, C));
+    return attn_view_copy(&in->x, &y);
+}
+static attn_status j_softmax(thr *t, const inputs *in) {
+    attn_view y = th_out(t, in->dt, 3, SH(B, T, C));
+    return attn_softmax(&in->x, &y);
+}
+static attn_status j_softmax_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C));
+    return attn_softmax_backward(&in->p, &in->dy, &dx);
+}
+static attn_status j_layernorm(thr *t, const inputs *in) {
+    attn_view y = th_out(t, in->dt, 3, SH(B, T, C)), m = th_out(t, in->dt, 2, SH(B, T)),
+              r = th_out(t, in->dt, 2, SH(B, T));
+    return attn_layernorm(1e-5, &in->x, &in->gamma, &in->beta, &y, &m, &r);
+}
+static attn_status j_layernorm_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C)), dg = th_out(t, in->dt, 1, SH(C)),
+              db = th_out(t, in->dt, 1, SH(C));
+    return attn_layernorm_backward(&in->x, &in->gamma, &in->mean, &in->rstd, &in->dy, &dx, &dg,
+                                   &db);
+}
+static attn_status j_activation(thr *t, const inputs *in) {
+    for (int a = 0; a < 3; ++a) {
+        attn_view y = th_out(t, in->dt, 3, SH(B, T, C));
+        ATTN_TRY_T(attn_activation((attn_act)a, &in->x, &y));
+    }
+    return ATTN_OK;
+}
+static attn_status j_activation_bwd(thr *t, const inputs *in) {
+    for (int a = 0; a < 3; ++a) {
+        attn_view dx = th_out(t, in->dt, 3, SH(B, T, C));
+        ATTN_TRY_T(attn_activation_backward((attn_act)a, &in->x, &in->dy, &dx));
+    }
+    return ATTN_OK;
+}
+static attn_status j_add(thr *t, const inputs *in) {
+    attn_view y = th_out(t, in->dt, 3, SH(B, T, C));
+    return attn_add(&in->x, &in->gamma, &y);
+}
+static attn_status j_add_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C)), db = th_out(t, in->dt, 1, SH(C));
+    return attn_add_backward(&in->dy, &dx, &db);
+}
+static attn_status j_linear(thr *t, const inputs *in) {
+    attn_view y = th_out(t, in->dt, 3, SH(B, T, F));
+    size_t n = attn_linear_workspace_size(&in->x, &in->w, &y);
+    return attn_linear(&in->x, &in->w, &in->wb, &y, th_work(t, n), n);
+}
+static attn_status j_linear_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C)), dw = th_out(t, in->dt, 2, SH(C, F)),
+              db = th_out(t, in->dt, 1, SH(F));
+    size_t n = attn_linear_backward_workspace_size(&in->x, &in->w, &in->dyl, &dx, &dw);
+    return attn_linear_backward(&in->x, &in->w, &in->dyl, &dx, &dw, &db, th_work(t, n), n);
+}
+static attn_status j_sdpa(thr *t, const inputs *in, attn_algo algo) {
+    attn_view o = th_out(t, in->dt, 4, SH(B, H, T, D)), l = th_out(t, in->dt, 3, SH(B, H, T));
+    attn_view w = th_out(t, in->dt, 4, SH(B, H, T, TK));
+    attn_sdpa_opts opts = in->opts;
+    opts.algo = algo;
+    opts.lse = &l;
+    opts.weights = algo == ATTN_ALGO_MATERIALIZED ? &w : NULL;
+    size_t n = attn_sdpa_workspace_size(&in->q, &in->k, &in->v, &opts);
+    return attn_sdpa(&in->q, &in->k, &in->v, &opts, &o, th_work(t, n), n);
+}
+static attn_status j_sdpa_mat(thr *t, const inputs *in) {
+    return j_sdpa(t, in, ATTN_ALGO_MATERIALIZED);
+}
+static attn_status j_sdpa_tiled(thr *t, const inputs *in) {
+    return j_sdpa(t, in, ATTN_ALGO_TILED);
+}
+static attn_status j_sdpa_bwd(thr *t, const inputs *in) {
+    attn_view dq = th_out(t, in->dt, 4, SH(B, H, T, D)),
+              dk = th_out(t, in->dt, 4, SH(B, HKV, TK, D)),
+              dv = th_out(t, in->dt, 4, SH(B, HKV, TK, D));
+    size_t n = attn_sdpa_backward_workspace_size(&in->q, &in->k, &in->v, &in->opts);
+    return attn_sdpa_backward(&in->q, &in->k, &in->v, &in->opts, &in->out, &in->lse, &in->dout,
+                              &dq, &dk, &dv, th_work(t, n), n);
+}
+static attn_status j_mha(thr *t, const inputs *in) {
+    attn_view o = th_out(t, in->dt, 3, SH(B, T, C));
+    size_t n = attn_mha_workspace_size(&in->mha, &in->x, NULL, NULL, NULL);
+    return attn_mha_forward(&in->mha, &in->mp, &in->x, NULL, NULL, &o, NULL, th_work(t, n), n);
+}
+static attn_status j_mha_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C));
+    size_t n = attn_mha_params_size(&in->mha);
+    attn_mha_params g;
+    ATTN_TRY_T(attn_mha_params_bind(&g, &in->mha, th_scalar(t, n), n));
+    n = attn_mha_backward_workspace_size(&in->mha, &in->x, NULL, NULL);
+    return attn_mha_backward(&in->mha, &in->mp, &in->x, NULL, NULL, &in->mcache, &in->dy, &dx,
+                             NULL, &g, th_work(t, n), n);
+}
+static attn_status j_ffn(thr *t, const inputs *in) {
+    attn_view o = th_out(t, in->dt, 3, SH(B, T, C));
+    size_t n = attn_ffn_workspace_size(&in->ffn, &in->x, NULL);
+    return attn_ffn_forward(&in->ffn, &in->fp, &in->x, &o, NULL, th_work(t, n), n);
+}
+static attn_status j_ffn_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C));
+    size_t n = attn_ffn_params_size(&in->ffn);
+    attn_ffn_params g;
+    ATTN_TRY_T(attn_ffn_params_bind(&g, &in->ffn, th_scalar(t, n), n));
+    n = attn_ffn_backward_workspace_size(&in->ffn, &in->x);
+    return attn_ffn_backward(&in->ffn, &in->fp, &in->x, &in->fcache, &in->dy, &dx, &g,
+                             th_work(t, n), n);
+}
+static attn_status j_encoder(thr *t, const inputs *in) {
+    attn_view o = th_out(t, in->dt, 3, SH(B, T, C));
+    size_t n = attn_encoder_workspace_size(&in->enc, &in->x, NULL, NULL);
+    return attn_encoder_forward(&in->enc, &in->ep, &in->x, NULL, &o, NULL, th_work(t, n), n);
+}
+static attn_status j_encoder_bwd(thr *t, const inputs *in) {
+    attn_view dx = th_out(t, in->dt, 3, SH(B, T, C));
+    size_t n = attn_encoder_params_size(&in->enc);
+    attn_encoder_params g;
+    ATTN_TRY_T(attn_encoder_params_bind(&g, &in->enc, th_scalar(t, n), n));
+    n = attn_encoder_backward_workspace_size(&in->enc, &in->x, NULL);
+    return attn_encoder_backward(&in->enc, &in->ep, &in->x, NULL, &in->ecache, &in->dy, &dx, &g,
+                                 th_work(t, n), n);
+}
+static attn_status j_posenc(thr *t, const inputs *in) {
+    attn_view tab = th_out(t, in->dt, 2, SH(T, C));
+    ATTN_TRY_T(attn_posenc_sinusoidal(0, &tab));
+    attn_view x = th_out(t, in->dt, 3, SH(B, T, C));
+    attn_view dtab = th_out(t, in->dt, 2, SH(T + 4, C));
+    ATTN_TRY_T(attn_view_copy(&in->x, &x));
+    ATTN_TRY_T(attn_posenc_add(2, &in->table, &x));
+    ATTN_TRY_T(attn_posenc_add_backward(2, &in->dy, &dtab));
+    attn_view pt = th_out(t, in->dt, 2, SH(4, 48));
+    return attn_patchify(4, &in->image, &pt);
+}
+static attn_status j_rope(thr *t, const inputs *in) {
+    attn_view x = th_out(t, in->dt, 4, SH(B, H, T, D)),
+              g = th_out(t, in->dt, 4, SH(B, H, T, D));
+    ATTN_TRY_T(attn_view_copy(&in->q, &x));
+    ATTN_TRY_T(attn_rope(ATTN_ROPE_INTERLEAVED, 0, 3, &x));
+    ATTN_TRY_T(attn_view_copy(&in->dout, &g));
+    return attn_rope_backward(ATTN_ROPE_HALF, 500.0, 1, &g);
+}
+static attn_status j_init(thr *t, const inputs *in) {
+    attn_view u = th_out(t, in->dt, 2, SH(C, F)), nrm = th_out(t, in->dt, 2, SH(C, F));
+    attn_view xa = th_out(t, in->dt, 2, SH(C, F)), ka = th_out(t, in->dt, 2, SH(C, F));
+    attn_view o = th_out(t, in->dt, 2, SH(F, C));
+    ATTN_TRY_T(attn_init_uniform(9, 1, 5, -1, 1, &u));
+    ATTN_TRY_T(attn_init_normal(9, 2, 0, 0, 1, &nrm));
+    ATTN_TRY_T(attn_init_xavier(ATTN_INIT_NORMAL, 0, 9, 3, &xa));
+    ATTN_TRY_T(attn_init_kaiming(ATTN_INIT_UNIFORM, 0, 9, 4, &ka));
+    size_t n = attn_init_orthogonal_workspace_size(&o);
+    int *info = th_scalar(t, sizeof(int));
+    return attn_init_orthogonal(1.0, 9, 5, &o, th_work(t, n), n, info);
+}
+static attn_status j_diag(thr *t, const inputs *in) {
+    attn_view h = th_out(t, in->dt, 2, SH(B, T)), fro = th_out(t, in->dt, 2, SH(B, T));
+    attn_view spec = th_out(t, in->dt, 2, SH(B, T)), s = th_out(t, in->dt, 1, SH(T));
+    double *mean = th_scalar(t, 2 * sizeof(double));
+    int64_t *rank = th_scalar(t, sizeof(int64_t));
+    int *info = th_scalar(t, sizeof(int));
+    ATTN_TRY_T(attn_diag_entropy(&in->p, &h));
+    ATTN_TRY_T(attn_diag_entropy_mean(&in->p, mean));
+    ATTN_TRY_T(attn_diag_softmax_jacobian_fro(&in->p, &fro));
+    /*
+     * Two rows only: dsyevd's dsymv runs on OpenBLAS's thread server even at
+     * n = 32, and 8 callers queue there, spinning (docs/reliability.md).
+     */
+    attn_view p2, spec2;
+    ATTN_TRY_T(attn_view_slice(&in->p, 1, 0, 1, 1, &p2));
+    ATTN_TRY_T(attn_view_slice(&spec, 1, 0, 1, 1, &spec2));
+    size_t n = attn_diag_softmax_jacobian_spectral_workspace_size(&p2);
+    ATTN_TRY_T(attn_diag_softmax_jacobian_spectral(&p2, &spec2, th_work(t, n), n, info));
+    n = attn_diag_singular_values_workspace_size(&in->a2);
+    ATTN_TRY_T(attn_diag_singular_values(&in->a2, &s, th_work(t, n), n, info));
+    n = attn_diag_effective_rank_workspace_size(&in->a2);
+    return attn_diag_effective_rank(0, &in->a2, mean + 1, rank, th_work(t, n), n, info);
+}
+
+static const struct {
+    const char *name;
+    job_fn fn;
+} jobs[] = {
+    {"attn_gemm", j_gemm},
+    {"attn_view_copy", j_copy},
+    {"attn_softmax", j_softmax},
+    {"attn_softmax_backward", j_softmax_bwd},
+    {"attn_layernorm", j_layernorm},
+    {"attn_layernorm_backward", j_layernorm_bwd},
+    {"attn_activation", j_activation},
+    {"attn_activation_backward", j_activation_bwd},
+    {"attn_add", j_add},
+    {"attn_add_backward", j_add_bwd},
+    {"attn_linear", j_linear},
+    {"attn_linear_backward", j_linear_bwd},
+    {"attn_sdpa materialized", j_sdpa_mat},
+    {"attn_sdpa tiled", j_sdpa_tiled},
+    {"attn_sdpa_backward", j_sdpa_bwd},
+    {"attn_mha_forward", j_mha},
+    {"attn_mha_backward", j_mha_bwd},
+    {"attn_ffn_forward", j_ffn},
+    {"attn_ffn_backward", j_ffn_bwd},
+    {"attn_encoder_forward", j_encoder},
+    {"attn_encoder_backward", j_encoder_bwd},
+    {"posenc (sinusoidal, add, add_backward, patchify)", j_posenc},
+    {"attn_rope / attn_rope_backward", j_rope},
+    {"init (uniform, normal, xavier, kaiming, orthogonal)", j_init},
+    {"diag (entropy, jacobian norms, singular values, rank)", j_diag},
+};
+enum { NJOBS = sizeof jobs / sizeof *jobs };
+
+/* ---- serial reference and the concurrent run ----------------------------------------- */
+
+typedef struct result {
+    unsigned char *bytes;
+    size_t n;
+} result;
+static result serial[2][NJOBS];
+
+/* Run job j of dtype d on thread state t; its arena bytes in *n. */
+static attn_status run_job(thr *t, int d, int j, size_t *n) {
+    memset(t->arena, 0, t->high); /* every job starts from zeros (backwards accumulate) */
+    t->used = 0;
+    attn_status st = jobs[j].fn(t, &IN[d]);
+    *n = t->used;
+    t->high = t->used > t->high ? t->used : t->high;
+    return st;
+}
+
+static thr thr_new(void) {
+    thr t = {aligned_alloc(64, ARENA), 0, 0, NULL, 0};
+    memset(t.arena, 0, ARENA);
+    return t;
+}
+static void thr_free(thr *t) {
+    free(t->arena);
+    free(t->work);
+}
+
+typedef struct worker {
+    int id, failures;
+    char msg[256];
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    thr t = thr_new();
+    for (int r = 0; r < ROUNDS; ++r)
+        for (int k = 0; k < 2 * NJOBS; ++k) {
+            int i = (k + w->id * 3 + r) % (2 * NJOBS), d = i / NJOBS, j = i % NJOBS;
+            size_t n;
+            attn_status st = run_job(&t, d, j, &n);
+            if (st != ATTN_OK || n != serial[d][j].n ||
+                memcmp(t.arena, serial[d][j].bytes, n) != 0) {
+                if (!w->failures++)
+                    snprintf(w->msg, sizeof w->msg, "thread %d, %s %s: %s", w->id, jobs[j].name,
+                             d ? "f64" : "f32",
+                             st != ATTN_OK ? attn_status_name(st) : "bits differ from serial");
+            }
+        }
+    thr_free(&t);
+    return NULL;
+}
+
+static void setup(void) {
+    inputs_build(&IN[0], ATTN_F32);
+    inputs_build(&IN[1], ATTN_F64);
+    thr t = thr_new();
+    for (int d = 0; d < 2; ++d)
+        for (int j = 0; j < NJOBS; ++j) {
+            size_t n;
+            attn_status st = run_job(&t, d, j, &n);
+            ck_assert_msg(st == ATTN_OK, "%s %s serially: %s", jobs[j].name, d ? "f64" : "f32",
+                          attn_status_name(st));
+            serial[d][j].bytes = malloc(n);
+            memcpy(serial[d][j].bytes, t.arena, n);
+            serial[d][j].n = n;
+        }
+    thr_free(&t);
+}
+static void teardown(void) {
+    for (int d = 0; d < 2; ++d) {
+        inputs_free(&IN[d]);
+        for (int j = 0; j < NJOBS; ++j)
+            free(serial[d][j].bytes);
+    }
+}
+
+/* Serially, a second run gives the same bits (else the threaded comparison means nothing). */
+START_TEST(th_serial_repeatable) {
+    thr t = thr_new();
+    for (int d = 0; d < 2; ++d)
+        for (int j = 0; j < NJOBS; ++j) {
+            size_t n;
+            ck_assert_int_eq(run_job(&t, d, j, &n), ATTN_OK);
+            ck_assert_msg(n == serial[d][j].n && memcmp(t.arena, serial[d][j].bytes, n) == 0,
+                          "%s %s: a second serial run differs", jobs[j].name,
+                          d ? "f64" : "f32");
+        }
+    thr_free(&t);
+}
+END_TEST
+
+START_TEST(th_eight_threads_bit_identical) {
+    pthread_t tid[NTHREADS];
+    worker w[NTHREADS];
+    for (int i = 0; i < NTHREADS; ++i) {
+        w[i] = (worker){.id = i};
+        ck_assert_int_eq(pthread_create(&tid[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < NTHREADS; ++i)
+        pthread_join(tid[i], NULL);
+    for (int i = 0; i < NTHREADS; ++i)
+        ck_assert_msg(w[i].failures == 0, "%d failures; first: %s", w[i].failures, w[i].msg);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("threads");
+    TCase *tc = tcase_create("concurrency");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, th_serial_repeatable);
+    tcase_add_test(tc, th_eight_threads_bit_identical);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
