@@ -1216,11 +1216,11 @@ START_TEST(lin_fixture) {
 END_TEST
 
 START_TEST(lin_errors) {
-    float x[40], w[40], b[8], y[40];
+    float x[40], w[40], b[12], y[40]; /* b holds Yw (4, 3) below */
     double yd[40];
     for (int i = 0; i < 40; ++i)
         x[i] = w[i] = 1, y[i] = 3;
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < 12; ++i)
         b[i] = 1;
     attn_view X, W, B, Y, Yd, W3, Y4, B4, B2, Yb, Ya, Yw, X3, Ws;
     attn_view_init(&X, ATTN_F32, x, 2, (int64_t[]){4, 5});
