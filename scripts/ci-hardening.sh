@@ -1,0 +1,96 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# CI beyond the README's test command: ASan+UBSan, valgrind memcheck, libFuzzer, TSan.
+#
+#   sh scripts/ci-hardening.sh [asan] [valgrind] [fuzz] [tsan]    (no argument: all four)
+#
+# Environment: ATTN_FUZZ_SECONDS (default 60) per fuzz target; ATTN_HARD_JOBS
+# (default 2) parallel test processes. Build directories: build-asan,
+# build-hard-vg, build-fuzz, build-tsan. docs/reliability.md explains every
+# option and suppression used here.
+set -e
+cd "$(dirname "$0")/.."
+export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+fuzz_seconds="${ATTN_FUZZ_SECONDS:-60}"
+jobs="${ATTN_HARD_JOBS:-2}"
+steps="${*:-asan valgrind fuzz tsan}"
+root=$(pwd)
+
+sh scripts/deps.sh clang libclang-rt-14-dev valgrind
+
+# setup <cc> <dir> <meson options...>: configure once, then pick up newly landed modules
+setup() {
+  cc="$1"; dir="$2"; shift 2
+  [ -d "$dir/meson-private" ] || CC="$cc" meson setup "$dir" "$@" >/dev/null
+  meson setup --reconfigure "$dir" >/dev/null
+}
+common="-Dbuildtype=debugoptimized -Dbenchmarks=false -Dexamples=false -Ddocs=disabled"
+t0=$(date +%s)
+stamp() { echo "== hardening: $1 done after $(($(date +%s) - t0)) s"; }
+
+for step in $steps; do
+  case "$step" in
+  asan)
+    # The whole meson test suite, pkg-config consumer included (it installs
+    # and links an unsanitized build of its own, so it runs as usual).
+    # allocator_may_return_null: the ENOMEM tests ask for 2^62-byte buffers on
+    # purpose and expect NULL back, not an ASan abort. tests/lsan.supp: Open
+    # MPI's own leaks in the ring tests; fast_unwind_on_malloc=0 gives the
+    # full stacks through MPI's frame-pointer-less code that the entries need.
+    setup cc build-asan $common -Db_sanitize=address,undefined -Db_lundef=false
+    meson compile -C build-asan
+    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:fast_unwind_on_malloc=0 \
+    LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      meson test -C build-asan --print-errorlogs --num-processes "$jobs"
+    stamp asan ;;
+  valgrind)
+    # Check suites in one process each (CK_FORK=no) under memcheck; definite
+    # leaks are errors. Not wrapped: the consumer test (runs no attn code of
+    # this build) and the MPI ring tests (the wrapper would run valgrind on
+    # mpirun; the ring code runs under ASan and in the plain suite).
+    setup cc build-hard-vg $common
+    meson compile -C build-hard-vg
+    suites=$(meson test -C build-hard-vg --no-rebuild --list |
+             grep -v -e '^pkgconfig_consumer$' -e '^ring_')
+    CK_FORK=no meson test -C build-hard-vg --print-errorlogs --num-processes "$jobs" \
+      --timeout-multiplier 4 \
+      --wrapper "valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$root/tests/valgrind.supp" \
+      $suites
+    stamp valgrind ;;
+  fuzz)
+    # Each libFuzzer target from its committed seed corpus, for a bounded time,
+    # in a scratch copy of the corpus (CI does not grow the committed one).
+    setup clang build-fuzz $common -Dfuzz=true -Db_sanitize=address,undefined \
+      -Db_lundef=false
+    targets=$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//')
+    meson compile -C build-fuzz $(for t in $targets; do printf 'tests/fuzz/%s ' "$t"; done)
+    for t in $targets; do
+      name=${t#fuzz_}
+      work=build-fuzz/corpus-$name
+      rm -rf "$work"; mkdir -p "$work"
+      [ -d "tests/fuzz/corpus/$name" ] && cp "tests/fuzz/corpus/$name"/* "$work"/ 2>/dev/null || true
+      echo "== fuzz $name for $fuzz_seconds s"
+      if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+           "build-fuzz/tests/fuzz/$t" -max_total_time="$fuzz_seconds" -timeout=20 \
+             -rss_limit_mb=2048 -max_len=512 -print_final_stats=1 \
+             -artifact_prefix=build-fuzz/crash-"$name"- "$work" >"$work.log" 2>&1; then
+        tail -n 60 "$work.log"; echo "== fuzz $name FAILED (input saved as build-fuzz/crash-$name-*)"
+        exit 1
+      fi
+      grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|cov:' "$work.log" | tail -n 4
+    done
+    stamp fuzz ;;
+  tsan)
+    # The thread-safety suite under ThreadSanitizer. Debian's OpenBLAS and
+    # libgomp are not TSan-instrumented: tests/tsan.supp silences reports whose
+    # stacks are entirely inside them (their own thread pools), nothing in attn.
+    setup clang build-tsan $common -Db_sanitize=thread -Db_lundef=false
+    meson compile -C build-tsan tests/test_threads
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
+      meson test -C build-tsan --no-rebuild --print-errorlogs threads
+    stamp tsan ;;
+  *) echo "ci-hardening: unknown step '$step'" >&2; exit 2 ;;
+  esac
+done
