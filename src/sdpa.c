@@ -286,7 +286,9 @@ attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v
     c.lse = opts ? opts->lse : NULL;
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, total, &owned));
-    if (ntasks == 0) {
+    /* nothing to write (Dv == 0, no lse, no weights): no loop over B*H*Tq rows (fuzz_sdpa) */
+    bool idle = c.p.Dv == 0 && !c.lse && (!c.weights || c.p.Tk == 0);
+    if (ntasks == 0 || idle) {
         free(owned);
         return ATTN_OK;
     }

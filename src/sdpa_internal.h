@@ -18,14 +18,17 @@
 #define ATTN__SDPA_BK 512    /* keys per tile (tiled) */
 #define ATTN__SDPA_BQ_MAT 64 /* query rows per task (materialized: bq x Tk scores) */
 
-/* Element (i0, i1, i2, i3) of a 4-D view, and (i0, i1, i2) of a 3-D one. */
+/*
+ * Element (i0, i1, i2, i3) of a 4-D view, and (i0, i1, i2) of a 3-D one. Integer
+ * arithmetic: an empty view may have NULL data, and NULL + 0 is undefined (fuzz_sdpa).
+ */
 static inline void *attn__at4(const attn_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     int64_t off = i0 * v->stride[0] + i1 * v->stride[1] + i2 * v->stride[2] + i3 * v->stride[3];
-    return (char *)v->data + off * (int64_t)attn_dtype_size(v->dtype);
+    return (void *)((uintptr_t)v->data + (uintptr_t)(off * (int64_t)attn_dtype_size(v->dtype)));
 }
 static inline void *attn__at3(const attn_view *v, int64_t i0, int64_t i1, int64_t i2) {
     int64_t off = i0 * v->stride[0] + i1 * v->stride[1] + i2 * v->stride[2];
-    return (char *)v->data + off * (int64_t)attn_dtype_size(v->dtype);
+    return (void *)((uintptr_t)v->data + (uintptr_t)(off * (int64_t)attn_dtype_size(v->dtype)));
 }
 
 /* Validated arguments of one attention call, shared by forward and backward. */
