@@ -46,7 +46,7 @@ static int prob_row(const attn_view *q, const attn_view *k, const attn_sdpa_opts
                     int64_t h, int64_t i, double *s, double *p, double *lse) {
     int64_t H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     int64_t Hkv = k->shape[1], Tk = k->shape[2], hk = h / (H / Hkv);
-    double scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
+    double scale = o->scale != 0 ? o->scale : D > 0 ? 1.0 / sqrt((double)D) : 1.0; /* D = 0: any */
     double mx = -INFINITY;
     for (int64_t j = 0; j < Tk; ++j) {
         p[j] = 0;
@@ -113,7 +113,7 @@ void ref_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *
     const attn_sdpa_opts *o = opts ? opts : &zero;
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     int64_t Hkv = k->shape[1], Tk = k->shape[2], Dv = v->shape[3], G = H / Hkv;
-    double scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
+    double scale = o->scale != 0 ? o->scale : D > 0 ? 1.0 / sqrt((double)D) : 1.0; /* D = 0: any */
     const attn_view *outs[3] = {dq, dk, dv};
     for (int n = 0; n < 3; ++n)
         if (outs[n]) {
