@@ -1176,6 +1176,31 @@ START_TEST(hs_regress_gemm_empty_batches) {
 }
 END_TEST
 
+/*
+ * sdpa with nothing to write (Dv == 0, no lse or weights) returns at once:
+ * it looped over B*H*Tq rows (2^40 here). Empty views with NULL data are
+ * never offset (fuzz_sdpa, UBSan).
+ */
+START_TEST(hs_regress_sdpa_nothing_to_write) {
+    static float mem[64];
+    attn_view q, k, v, o;
+    int64_t tq = INT64_C(1) << 40;
+    HS_OK(attn_view_init_strided(&q, ATTN_F32, mem, 4, SH(1, 1, tq, 2), SH(0, 0, 0, 1)));
+    HS_OK(attn_view_init(&k, ATTN_F32, mem, 4, SH(1, 1, 3, 2)));
+    HS_OK(attn_view_init(&v, ATTN_F32, NULL, 4, SH(1, 1, 3, 0)));
+    HS_OK(attn_view_init(&o, ATTN_F32, NULL, 4, SH(1, 1, tq, 0)));
+    for (int algo = 0; algo <= ATTN_ALGO_TILED; ++algo) {
+        attn_sdpa_opts opts = {.algo = (attn_algo)algo};
+        ck_assert_int_eq(attn_sdpa(&q, &k, &v, &opts, &o, NULL, 0), ATTN_OK);
+    }
+    HS_OK(attn_view_init(&q, ATTN_F32, NULL, 4, SH(1, 1, 0, 2)));
+    HS_OK(attn_view_init(&o, ATTN_F32, NULL, 4, SH(1, 1, 0, 3)));
+    HS_OK(attn_view_init(&v, ATTN_F32, mem, 4, SH(1, 1, 3, 3)));
+    ck_assert_uint_eq(attn_sdpa_workspace_size(&q, &k, &v, NULL), 0);
+    ck_assert_int_eq(attn_sdpa(&q, &k, &v, NULL, &o, NULL, 0), ATTN_OK);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("aliasing");
@@ -1203,6 +1228,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, hs_regress_view_arithmetic);
     tcase_add_test(tc, hs_regress_gemm_empty_batches);
+    tcase_add_test(tc, hs_regress_sdpa_nothing_to_write);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
