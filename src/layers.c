@@ -227,35 +227,42 @@ static size_t tensor_bytes(attn_dtype dt, int nd, const int64_t *shape) {
     return attn__align64(n);
 }
 
+/* Bytes of a slab holding n tensors (each 64-byte aligned), and their scalar count. */
+static size_t slab_bytes(attn_dtype dt, int n, int64_t shp[][2], const int *nd) {
+    size_t total = 0;
+    for (int i = 0; i < n; ++i)
+        total += tensor_bytes(dt, nd[i], shp[i]);
+    return total;
+}
+static int64_t scalar_count(int n, int64_t shp[][2], const int *nd) {
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i)
+        total += shp[i][0] * (nd[i] == 2 ? shp[i][1] : 1);
+    return total;
+}
+
 size_t attn_mha_params_size(const attn_mha_config *cfg) {
     attn_mha_config c;
     if (attn_mha_config_resolve(cfg, &c) != ATTN_OK)
         return 0;
     int64_t shp[8][2];
     int nd[8], n = mha_shapes(&c, shp, nd);
-    size_t total = 0;
-    for (int i = 0; i < n; ++i)
-        total += tensor_bytes(c.dtype, nd[i], shp[i]);
-    return total;
+    return slab_bytes(c.dtype, n, shp, nd);
 }
 
 int64_t attn_mha_param_count(const attn_mha_config *cfg) {
     attn_mha_config c;
     if (attn_mha_config_resolve(cfg, &c) != ATTN_OK)
         return -1;
-    int64_t shp[8][2], total = 0;
+    int64_t shp[8][2];
     int nd[8], n = mha_shapes(&c, shp, nd);
-    for (int i = 0; i < n; ++i)
-        total += shp[i][0] * (nd[i] == 2 ? shp[i][1] : 1);
-    return total;
+    return scalar_count(n, shp, nd);
 }
 
 /* Bind tensors of given shapes in order from a slab; views land in out[]. */
 static attn_status bind_slab(attn_dtype dt, int n, int64_t shp[][2], const int *nd,
                              void *slab, size_t slab_size, attn_view *out) {
-    size_t need = 0;
-    for (int i = 0; i < n; ++i)
-        need += tensor_bytes(dt, nd[i], shp[i]);
+    size_t need = slab_bytes(dt, n, shp, nd);
     if (!slab || ((uintptr_t)slab & 63u))
         return ATTN_EINVAL;
     if (slab_size < need)
@@ -803,21 +810,16 @@ size_t attn_ffn_params_size(const attn_ffn_config *cfg) {
         return 0;
     int64_t shp[4][2];
     int nd[4], n = ffn_shapes(&c, shp, nd);
-    size_t total = 0;
-    for (int i = 0; i < n; ++i)
-        total += tensor_bytes(c.dtype, nd[i], shp[i]);
-    return total;
+    return slab_bytes(c.dtype, n, shp, nd);
 }
 
 int64_t attn_ffn_param_count(const attn_ffn_config *cfg) {
     attn_ffn_config c;
     if (attn_ffn_config_resolve(cfg, &c) != ATTN_OK)
         return -1;
-    int64_t shp[4][2], total = 0;
+    int64_t shp[4][2];
     int nd[4], n = ffn_shapes(&c, shp, nd);
-    for (int i = 0; i < n; ++i)
-        total += shp[i][0] * (nd[i] == 2 ? shp[i][1] : 1);
-    return total;
+    return scalar_count(n, shp, nd);
 }
 
 attn_status attn_ffn_params_bind(attn_ffn_params *p, const attn_ffn_config *cfg, void *slab,

@@ -257,13 +257,6 @@ END_TEST
 
 /* ---- PyTorch autograd parity -------------------------------------------- */
 
-static attn_view torch_w(lt *store, fx_tensor *t) {
-    *store = lt_from_fx(t, ATTN_F64);
-    attn_view v;
-    attn_view_transpose(&store->v, 0, 1, &v);
-    return v;
-}
-
 /* Compare a gradient view (attn layout) with a torch-layout fixture tensor. */
 static void cmp_grad(const attn_view *g, fx_tensor *t, bool transposed, const char *what) {
     attn_view w = lt_wrap(t->data, t->ndim, t->shape), wt;
@@ -283,19 +276,8 @@ START_TEST(bw_torch_mha) {
                              .heads = fx_meta(fx, "H", 0), .d_kv = fx_meta(fx, "Ckv", 0),
                              .bias = bias};
         lt s[8];
-        memset(s, 0, sizeof s);
         attn_mha_params p, g;
-        memset(&p, 0, sizeof p);
-        p.wq = torch_w(&s[0], fx_get(fx, "wq"));
-        p.wk = torch_w(&s[1], fx_get(fx, "wk"));
-        p.wv = torch_w(&s[2], fx_get(fx, "wv"));
-        p.wo = torch_w(&s[3], fx_get(fx, "wo"));
-        if (bias) {
-            s[4] = lt_from_fx(fx_get(fx, "bq"), ATTN_F64); p.bq = s[4].v;
-            s[5] = lt_from_fx(fx_get(fx, "bk"), ATTN_F64); p.bk = s[5].v;
-            s[6] = lt_from_fx(fx_get(fx, "bv"), ATTN_F64); p.bv = s[6].v;
-            s[7] = lt_from_fx(fx_get(fx, "bo"), ATTN_F64); p.bo = s[7].v;
-        }
+        torch_mha(fx, bias, &p, s);
         size_t ps = attn_mha_params_size(&c);
         void *gslab = slab_new(ps);
         ck_assert_int_eq(attn_mha_params_bind(&g, &c, gslab, ps), ATTN_OK);
@@ -306,12 +288,7 @@ START_TEST(bw_torch_mha) {
         lt dxq = lt_new(ATTN_F64, 3, xq.v.shape);
         lt dxkv = cross ? lt_new(ATTN_F64, 3, xkv.v.shape) : (lt){0};
         int64_t kv_len[8];
-        attn_sdpa_opts o = {.causal = fx_meta(fx, "causal", 0) ? ATTN_CAUSAL_TOP_LEFT : 0};
-        if (fx_meta(fx, "pad", 0)) {
-            fx_tensor *kl = fx_get(fx, "kv_len");
-            for (int b = 0; b < kl->n; ++b) kv_len[b] = (int64_t)kl->data[b];
-            o.kv_len = kv_len;
-        }
+        attn_sdpa_opts o = torch_opts(fx, kv_len);
         size_t cs = attn_mha_cache_size(&c, B, Tq, Tk);
         void *cslab = slab_new(cs);
         attn_view cv[5];
@@ -348,36 +325,18 @@ START_TEST(bw_torch_encoder) {
     for (int ci = 0; ci < 4; ++ci) {
         fx_file *fx = fx_load(cases[ci]);
         ck_assert_ptr_nonnull(fx);
-        int64_t B = fx_meta(fx, "B", 0), T = fx_meta(fx, "T", 0), C = fx_meta(fx, "C", 0);
-        attn_encoder_config c = {
-            .mha = {.dtype = ATTN_F64, .d_model = C, .heads = fx_meta(fx, "H", 0), .bias = true},
-            .ffn = {.dtype = ATTN_F64, .d_model = C, .d_ff = fx_meta(fx, "F", 0),
-                    .act = fx_meta(fx, "relu", 0) ? ATTN_ACT_RELU : ATTN_ACT_GELU_ERF,
-                    .bias = true},
-            .eps = 1e-5, .norm = fx_meta(fx, "norm_first", 0) ? ATTN_PRE_NORM : ATTN_POST_NORM,
-            .ln_affine = true};
+        int64_t B = fx_meta(fx, "B", 0), T = fx_meta(fx, "T", 0);
+        attn_encoder_config c;
         attn_encoder_params p, g;
-        memset(&p, 0, sizeof p);
         lt s[16];
-        static const char *wn[] = {"wq", "wk", "wv", "wo", "w1", "w2"};
-        attn_view *wd[] = {&p.mha.wq, &p.mha.wk, &p.mha.wv, &p.mha.wo, &p.ffn.w1, &p.ffn.w2};
-        for (int i = 0; i < 6; ++i) *wd[i] = torch_w(&s[i], fx_get(fx, wn[i]));
-        static const char *bn[] = {"bq", "bk", "bv", "bo", "b1", "b2", "ln1_g", "ln1_b", "ln2_g", "ln2_b"};
-        attn_view *bd[] = {&p.mha.bq, &p.mha.bk, &p.mha.bv, &p.mha.bo, &p.ffn.b1, &p.ffn.b2,
-                           &p.ln1_g, &p.ln1_b, &p.ln2_g, &p.ln2_b};
-        for (int i = 0; i < 10; ++i) { s[6 + i] = lt_from_fx(fx_get(fx, bn[i]), ATTN_F64); *bd[i] = s[6 + i].v; }
+        torch_encoder(fx, &c, &p, s);
         size_t ps = attn_encoder_params_size(&c);
         void *gslab = slab_new(ps);
         ck_assert_int_eq(attn_encoder_params_bind(&g, &c, gslab, ps), ATTN_OK);
         lt x = lt_from_fx(fx_get(fx, "x"), ATTN_F64), dout = lt_from_fx(fx_get(fx, "dout"), ATTN_F64);
         lt out = lt_new(ATTN_F64, 3, x.v.shape), dx = lt_new(ATTN_F64, 3, x.v.shape);
         int64_t kv_len[8];
-        attn_sdpa_opts o = {.causal = fx_meta(fx, "causal", 0) ? ATTN_CAUSAL_TOP_LEFT : 0};
-        if (fx_meta(fx, "pad", 0)) {
-            fx_tensor *kl = fx_get(fx, "kv_len");
-            for (int b = 0; b < kl->n; ++b) kv_len[b] = (int64_t)kl->data[b];
-            o.kv_len = kv_len;
-        }
+        attn_sdpa_opts o = torch_opts(fx, kv_len);
         size_t cs = attn_encoder_cache_size(&c, B, T);
         void *cslab = slab_new(cs);
         attn_view cv[16];

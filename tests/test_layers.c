@@ -430,14 +430,6 @@ END_TEST
 
 /* ---- PyTorch parity ------------------------------------------------------ */
 
-/* A torch (out, in) weight as attn's (in, out) view: a transpose, no copy. */
-static attn_view torch_w(lt *store, fx_tensor *t) {
-    *store = lt_from_fx(t, ATTN_F64);
-    attn_view v;
-    ck_assert_int_eq(attn_view_transpose(&store->v, 0, 1, &v), ATTN_OK);
-    return v;
-}
-
 START_TEST(mf_torch_parity) {
     static const char *cases[] = {"layers_mha_self.txt", "layers_mha_causal_pad.txt",
                                   "layers_mha_cross.txt"};
@@ -449,30 +441,14 @@ START_TEST(mf_torch_parity) {
                              .heads = fx_meta(fx, "H", 0), .d_kv = fx_meta(fx, "Ckv", 0),
                              .bias = bias};
         lt s[8];
-        memset(s, 0, sizeof s);
         attn_mha_params p;
-        memset(&p, 0, sizeof p);
-        p.wq = torch_w(&s[0], fx_get(fx, "wq"));
-        p.wk = torch_w(&s[1], fx_get(fx, "wk"));
-        p.wv = torch_w(&s[2], fx_get(fx, "wv"));
-        p.wo = torch_w(&s[3], fx_get(fx, "wo"));
-        if (bias) {
-            s[4] = lt_from_fx(fx_get(fx, "bq"), ATTN_F64); p.bq = s[4].v;
-            s[5] = lt_from_fx(fx_get(fx, "bk"), ATTN_F64); p.bk = s[5].v;
-            s[6] = lt_from_fx(fx_get(fx, "bv"), ATTN_F64); p.bv = s[6].v;
-            s[7] = lt_from_fx(fx_get(fx, "bo"), ATTN_F64); p.bo = s[7].v;
-        }
+        torch_mha(fx, bias, &p, s);
         lt xq = lt_from_fx(fx_get(fx, "x_q"), ATTN_F64);
         lt xkv = cross ? lt_from_fx(fx_get(fx, "x_kv"), ATTN_F64) : (lt){0};
         fx_tensor *want = fx_get(fx, "out");
         lt out = lt_new(ATTN_F64, 3, want->shape);
         int64_t kv_len[8];
-        attn_sdpa_opts o = {.causal = fx_meta(fx, "causal", 0) ? ATTN_CAUSAL_TOP_LEFT : 0};
-        if (fx_meta(fx, "pad", 0)) {
-            fx_tensor *kl = fx_get(fx, "kv_len");
-            for (int b = 0; b < kl->n; ++b) kv_len[b] = (int64_t)kl->data[b];
-            o.kv_len = kv_len;
-        }
+        attn_sdpa_opts o = torch_opts(fx, kv_len);
         attn_status st = attn_mha_forward(&c, &p, &xq.v, cross ? &xkv.v : NULL, &o, &out.v,
                                           NULL, NULL, 0);
         ck_assert_msg(st == ATTN_OK, "%s: %s", cases[ci], attn_strerror(st));
@@ -484,29 +460,6 @@ START_TEST(mf_torch_parity) {
     }
 }
 END_TEST
-
-/* Bind an encoder's params to the torch fixture's tensors (weights transposed views). */
-static void torch_encoder(fx_file *fx, attn_encoder_config *c, attn_encoder_params *p, lt *s) {
-    int64_t C = fx_meta(fx, "C", 0), F = fx_meta(fx, "F", 0);
-    attn_encoder_config cc = {
-        .mha = {.dtype = ATTN_F64, .d_model = C, .heads = fx_meta(fx, "H", 0), .bias = true},
-        .ffn = {.dtype = ATTN_F64, .d_model = C, .d_ff = F,
-                .act = fx_meta(fx, "relu", 0) ? ATTN_ACT_RELU : ATTN_ACT_GELU_ERF, .bias = true},
-        .eps = 1e-5, .norm = fx_meta(fx, "norm_first", 0) ? ATTN_PRE_NORM : ATTN_POST_NORM,
-        .ln_affine = true};
-    *c = cc;
-    memset(p, 0, sizeof *p);
-    static const char *w[] = {"wq", "wk", "wv", "wo", "w1", "w2"};
-    attn_view *wd[] = {&p->mha.wq, &p->mha.wk, &p->mha.wv, &p->mha.wo, &p->ffn.w1, &p->ffn.w2};
-    for (int i = 0; i < 6; ++i) *wd[i] = torch_w(&s[i], fx_get(fx, w[i]));
-    static const char *b[] = {"bq", "bk", "bv", "bo", "b1", "b2", "ln1_g", "ln1_b", "ln2_g", "ln2_b"};
-    attn_view *bd[] = {&p->mha.bq, &p->mha.bk, &p->mha.bv, &p->mha.bo, &p->ffn.b1, &p->ffn.b2,
-                       &p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b};
-    for (int i = 0; i < 10; ++i) {
-        s[6 + i] = lt_from_fx(fx_get(fx, b[i]), ATTN_F64);
-        *bd[i] = s[6 + i].v;
-    }
-}
 
 START_TEST(ef_torch_parity) {
     static const char *cases[] = {"layers_enc_post_relu_pad.txt", "layers_enc_post_gelu_causal.txt",
@@ -522,12 +475,7 @@ START_TEST(ef_torch_parity) {
         fx_tensor *want = fx_get(fx, "out");
         lt out = lt_new(ATTN_F64, 3, want->shape);
         int64_t kv_len[8];
-        attn_sdpa_opts o = {.causal = fx_meta(fx, "causal", 0) ? ATTN_CAUSAL_TOP_LEFT : 0};
-        if (fx_meta(fx, "pad", 0)) {
-            fx_tensor *kl = fx_get(fx, "kv_len");
-            for (int b = 0; b < kl->n; ++b) kv_len[b] = (int64_t)kl->data[b];
-            o.kv_len = kv_len;
-        }
+        attn_sdpa_opts o = torch_opts(fx, kv_len);
         attn_status st = attn_encoder_forward(&c, &p, &x.v, &o, &out.v, NULL, NULL, 0);
         ck_assert_msg(st == ATTN_OK, "%s: %s", cases[ci], attn_strerror(st));
         attn_view wv = lt_wrap(want->data, 3, want->shape);
