@@ -976,15 +976,21 @@ static void parse_args(int argc, char **argv, options *o) {
  * govern both, set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS and re-execute
  * once; the sdpa options carry the same count.
  *
- * Also OPENBLAS_THREAD_TIMEOUT, unless the user set it: after every threaded
- * call, the pthread OpenBLAS's idle workers busy-wait for 2^28 cycles (about
- * 0.1 s). On 2 cores, one of them then shares a core with the second thread
- * of attn's OpenMP attention loop, and an sdpa call that takes 1.2 ms alone
- * takes 4 to 12 ms (scheduler ticks). 2^4 cycles makes the workers sleep at
- * once; large GEMMs do not notice. docs/benchmarks.md has the numbers.
+ * Also, unless the user set them, OPENBLAS_THREAD_TIMEOUT=4 and
+ * OMP_WAIT_POLICY=PASSIVE. After a parallel section, the pthread OpenBLAS's
+ * idle workers busy-wait for 2^28 cycles (about 0.1 s) and libgomp's for a
+ * few milliseconds. On 2 cores the spinning thread of one side holds the
+ * core the other side's next parallel section needs, which then finishes a
+ * scheduler tick (about 4 ms) late: an attn_sdpa call that takes 0.4 ms alone
+ * takes 4 to 8 ms after a threaded GEMM, and a projection after sdpa 3 ms
+ * instead of 0.2. Both settings make the idle threads sleep at once; large
+ * GEMMs do not notice. docs/benchmarks.md has the numbers.
  */
-static const char *thread_env[3][2] = {
-    {"OPENBLAS_NUM_THREADS", NULL}, {"OMP_NUM_THREADS", NULL}, {"OPENBLAS_THREAD_TIMEOUT", "4"}};
+#define NENV 4
+static const char *const thread_env[NENV][2] = {{"OPENBLAS_NUM_THREADS", NULL},
+                                                 {"OMP_NUM_THREADS", NULL},
+                                                 {"OPENBLAS_THREAD_TIMEOUT", "4"},
+                                                 {"OMP_WAIT_POLICY", "PASSIVE"}};
 
 static void apply_threads(options *o, char **argv) {
     const char *env = getenv("OPENBLAS_NUM_THREADS");
@@ -996,9 +1002,9 @@ static void apply_threads(options *o, char **argv) {
     char want[16];
     snprintf(want, sizeof want, "%d", o->threads);
     bool same = true;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < NENV; ++i) {
         const char *have = getenv(thread_env[i][0]), *w = thread_env[i][1] ? thread_env[i][1] : want;
-        if (i == 2 && have) /* the user's own spin setting stays */
+        if (thread_env[i][1] && have) /* the user's own wait settings stay */
             continue;
         if (!have || strcmp(have, w)) {
             same = false;
@@ -1066,10 +1072,11 @@ int main(int argc, char **argv) {
     static result res[MAX_CONFIGS];
     double peak[MAX_CONFIGS];
     double peak_dt[3] = {0, 0, 0}; /* per dtype, measured once */
-    printf("attn-bench (attn %s): %d threads; OPENBLAS_CORETYPE=%s OPENBLAS_THREAD_TIMEOUT=%s\n",
-           ATTN_VERSION_STRING, o.threads,
-           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)",
-           getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "(unset)");
+    printf("attn-bench (attn %s): %d threads; OPENBLAS_CORETYPE=%s", ATTN_VERSION_STRING,
+           o.threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    for (int i = 2; i < NENV; ++i)
+        printf(" %s=%s", thread_env[i][0], getenv(thread_env[i][0]));
+    printf("\n");
     for (int k = 0; k < o.ncfg; ++k) {
         const config *c = &o.cfg[k];
         if (!peak_dt[c->dt]) {
