@@ -23,8 +23,15 @@ static char plan_dummy[64] __attribute__((aligned(64)));
 static void *plan_take(plan *pl, size_t bytes) {
     size_t off = attn__align64(pl->used);
     pl->used = off + attn__align64(bytes ? bytes : 1);
+    /*
+     * Counting: each scratch view gets its own never-dereferenced address above
+     * user space. With one shared dummy, two scratch operands of a nested
+     * query overlapped, the query said 0 (EALIAS) and the real pass ran out of
+     * workspace when a weight had to be packed (fuzz_layers: encoder, w1
+     * without a unit stride).
+     */
     if (pl->counting)
-        return plan_dummy;
+        return (void *)(((uintptr_t)1 << 62) + off);
     return pl->base + off;
 }
 
@@ -94,11 +101,11 @@ static attn_status want_out(const attn_view *v, attn_dtype dt, int ndim, const i
 }
 
 /*
- * Aliasing for whole layer calls: every output view against every input and
- * every other output (the same view object twice among the outputs is one
- * output, as a trace may name one view twice; NULL and invalid views are
- * skipped: the other checks report them). Spans are taken once, so a call
- * with a full trace costs a few hundred pointer compares.
+ * Aliasing for whole layer calls: every output view against every input (the
+ * opts masks included) and every other output (the same view object twice
+ * among the outputs is one output, as a trace may name one view twice; NULL
+ * and invalid views are skipped: the other checks report them). Spans are
+ * taken once, so a call with a full trace costs a few hundred pointer compares.
  */
 enum { MAX_ALIAS_VIEWS = 64 };
 static attn_status no_alias(const attn_view *const *outs, int no, const attn_view *const *ins,
@@ -580,8 +587,9 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
     mha_dims d;
     ATTN_TRY(mha_prepare(cfg, p, x_q, x_kv, &opts, &trace, &c, &d));
     ATTN_TRY(want_out(out, c.dtype, 3, (int64_t[]){d.B, d.Tq, c.d_model}, NULL, 0));
-    const attn_view *ins[MAX_ALIAS_VIEWS] = {x_q, x_kv}, *outs[MAX_ALIAS_VIEWS] = {out};
-    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, mha_views(&c, p, ins, 2)));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x_q, x_kv, opts->keep, opts->bias};
+    const attn_view *outs[MAX_ALIAS_VIEWS] = {out};
+    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, mha_views(&c, p, ins, 4)));
     RUN_BODY(mha_body(&c, p, &d, opts, out, trace, pl),
              mha_body(&c, p, &d, opts, out, trace, pl));
 }
@@ -696,10 +704,10 @@ attn_status attn_mha_backward(const attn_mha_config *cfg, const attn_mha_params 
     mha_dims d;
     ATTN_TRY(mha_back_prepare(cfg, p, x_q, x_kv, &opts, cache, dout, dx_q, dx_kv, grads, &c,
                               &d));
-    const attn_view *ins[MAX_ALIAS_VIEWS] = {x_q, x_kv, dout};
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x_q, x_kv, dout, opts->keep, opts->bias};
     const attn_view *outs[MAX_ALIAS_VIEWS] = {dx_q, dx_kv};
     ATTN_TRY(no_alias(outs, mha_views(&c, grads, outs, 2), ins,
-                      mha_views(&c, p, ins, trace_views(cache, ins, 3))));
+                      mha_views(&c, p, ins, trace_views(cache, ins, 5))));
     RUN_BODY(mha_back_body(&c, p, &d, opts, cache, dout, dx_q, dx_kv, grads, pl),
              mha_back_body(&c, p, &d, opts, cache, dout, dx_q, dx_kv, grads, pl));
 }
@@ -1240,8 +1248,9 @@ attn_status attn_encoder_forward(const attn_encoder_config *cfg, const attn_enco
     attn_encoder_config c;
     ATTN_TRY(enc_prepare(cfg, p, x, &opts, &trace, &c));
     ATTN_TRY(want_out(out, c.mha.dtype, 3, x->shape, NULL, 0));
-    const attn_view *ins[MAX_ALIAS_VIEWS] = {x}, *outs[MAX_ALIAS_VIEWS] = {out};
-    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, enc_views(&c, p, ins, 1)));
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x, opts->keep, opts->bias};
+    const attn_view *outs[MAX_ALIAS_VIEWS] = {out};
+    ATTN_TRY(no_alias(outs, trace_views(trace, outs, 1), ins, enc_views(&c, p, ins, 3)));
     RUN_BODY(enc_body(&c, p, x, opts, out, trace, pl), enc_body(&c, p, x, opts, out, trace, pl));
 }
 
@@ -1388,9 +1397,10 @@ attn_status attn_encoder_backward(const attn_encoder_config *cfg, const attn_enc
     ATTN_TRY(check_grad_out(dx, x));
     if (grads)
         ATTN_TRY(check_encoder_params(&c, grads));
-    const attn_view *ins[MAX_ALIAS_VIEWS] = {x, dout}, *outs[MAX_ALIAS_VIEWS] = {dx};
+    const attn_view *ins[MAX_ALIAS_VIEWS] = {x, dout, opts->keep, opts->bias};
+    const attn_view *outs[MAX_ALIAS_VIEWS] = {dx};
     ATTN_TRY(no_alias(outs, enc_views(&c, grads, outs, 1), ins,
-                      enc_views(&c, p, ins, trace_views(cache, ins, 2))));
+                      enc_views(&c, p, ins, trace_views(cache, ins, 4))));
     RUN_BODY(enc_back_body(&c, p, x, opts, cache, dout, dx, grads, pl),
              enc_back_body(&c, p, x, opts, cache, dout, dx, grads, pl));
 }
