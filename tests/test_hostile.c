@@ -1153,7 +1153,10 @@ START_TEST(hs_regress_view_arithmetic) {
 }
 END_TEST
 
-/* gemm on an empty C with 2^56 batches returns at once (it looped over every batch). */
+/*
+ * gemm on an empty C with 2^56 batches returns at once (it looped over every
+ * batch), and plans no packing workspace (fuzz_gemm, fuzz_layers).
+ */
 START_TEST(hs_regress_gemm_empty_batches) {
     static double a[8], b[8], c[12];
     attn_view A, B, C;
@@ -1163,6 +1166,12 @@ START_TEST(hs_regress_gemm_empty_batches) {
     HS_OK(attn_view_init_strided(&C, ATTN_F64, c, 4, SH(nb, nb, 0, 3), SH(0, 0, 3, 1)));
     /* C has no rows: nothing to do, and no loop over 2^56 batches */
     ck_assert_int_eq(attn_gemm(0, 0, 1.0, &A, &B, 0.0, &C, NULL, 0), ATTN_OK);
+    /* an empty C plans no packing: 0 batches of (2^31 - 1, 8) asked for 64 GiB (ENOMEM) */
+    attn_view Ab, Cp;
+    HS_OK(attn_view_init_strided(&Ab, ATTN_F64, a, 2, SH(INT_MAX, 2), SH(0, 0)));
+    HS_OK(attn_view_init_strided(&Cp, ATTN_F64, c, 3, SH(0, INT_MAX, 3), SH(0, 2, 2)));
+    ck_assert_uint_eq(attn_gemm_workspace_size(0, 0, &Ab, &B, &Cp), 0);
+    ck_assert_int_eq(attn_gemm(0, 0, 1.0, &Ab, &B, 0.0, &Cp, NULL, 0), ATTN_OK);
     /* K == 0 with NULL operands: C := beta C, the NULL pointers are never offset */
     attn_view A0, B0, C0;
     HS_OK(attn_view_init(&A0, ATTN_F64, NULL, 3, SH(2, 2, 0)));
@@ -1201,6 +1210,66 @@ START_TEST(hs_regress_sdpa_nothing_to_write) {
 }
 END_TEST
 
+/*
+ * Encoder forward and backward with weights that attn_gemm must pack (no unit
+ * stride), convenience workspace: they said ATTN_EWORKSPACE, because the
+ * counting pass gave every scratch view one dummy address and the nested
+ * workspace queries saw aliases (fuzz_layers). Same results as contiguous weights.
+ */
+START_TEST(hs_regress_encoder_packed_weights) {
+    enum { B = 2, T = 3, C = 8, F = 16 };
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        attn_encoder_config cfg = {.mha = {.dtype = dt, .d_model = C, .heads = 2, .bias = true},
+                                   .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .bias = true},
+                                   .ln_affine = true};
+        size_t n = attn_encoder_params_size(&cfg);
+        void *slab = aligned_alloc(64, n), *gslab = aligned_alloc(64, n);
+        attn_encoder_params p, g;
+        HS_OK(attn_encoder_params_bind(&p, &cfg, slab, n));
+        HS_OK(attn_encoder_params_bind(&g, &cfg, gslab, n));
+        attn_view all;
+        HS_OK(attn_view_init(&all, dt, slab, 1, SH((int64_t)(n / attn_dtype_size(dt)))));
+        uint64_t seed = 5;
+        tu_fill(&all, &seed, 0.5);
+        double xm[B * T * C], o1[B * T * C], o2[B * T * C], dx1[B * T * C], dx2[B * T * C];
+        double packed_w1[2 * C * F];
+        attn_view x, out1, out2, dx, w1p;
+        HS_OK(attn_view_init(&x, dt, xm, 3, SH(B, T, C)));
+        HS_OK(attn_view_init(&out1, dt, o1, 3, SH(B, T, C)));
+        HS_OK(attn_view_init(&out2, dt, o2, 3, SH(B, T, C)));
+        tu_fill(&x, &seed, 1.0);
+        HS_OK(attn_encoder_forward(&cfg, &p, &x, NULL, &out1, NULL, NULL, 0));
+        /* w1 (C, F) every other element of a (C, 2F) buffer: strides (2F, 2) */
+        HS_OK(attn_view_init_strided(&w1p, dt, packed_w1, 2, SH(C, F), SH(2 * F, 2)));
+        HS_OK(attn_view_copy(&p.ffn.w1, &w1p));
+        attn_encoder_params pp = p;
+        pp.ffn.w1 = w1p;
+        HS_OK(attn_encoder_forward(&cfg, &pp, &x, NULL, &out2, NULL, NULL, 0));
+        tu_check_close(&out2, &out1, TU_RTOL(dt), TU_ATOL(dt), "encoder, packed w1");
+        /* backward through the same weights, from a bound cache */
+        size_t cn = attn_encoder_cache_size(&cfg, B, T);
+        void *cslab = aligned_alloc(64, cn);
+        attn_view cv[15];
+        attn_trace cache;
+        HS_OK(attn_encoder_cache_bind(&cfg, B, T, cslab, cn, cv, &cache));
+        HS_OK(attn_encoder_forward(&cfg, &p, &x, NULL, &out1, &cache, NULL, 0));
+        for (int pass = 0; pass < 2; ++pass) {
+            HS_OK(attn_view_init(&dx, dt, pass ? dx2 : dx1, 3, SH(B, T, C)));
+            memset(pass ? dx2 : dx1, 0, sizeof dx1);
+            memset(gslab, 0, n);
+            HS_OK(attn_encoder_backward(&cfg, pass ? &pp : &p, &x, NULL, &cache, &out1, &dx, &g,
+                                        NULL, 0));
+        }
+        attn_view dxa, dxb;
+        HS_OK(attn_view_init(&dxa, dt, dx1, 3, SH(B, T, C)));
+        HS_OK(attn_view_init(&dxb, dt, dx2, 3, SH(B, T, C)));
+        tu_check_close(&dxb, &dxa, TU_RTOL(dt), TU_ATOL(dt), "encoder backward, packed w1");
+        free(slab), free(gslab), free(cslab);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("aliasing");
@@ -1229,6 +1298,7 @@ int main(void) {
     tcase_add_test(tc, hs_regress_view_arithmetic);
     tcase_add_test(tc, hs_regress_gemm_empty_batches);
     tcase_add_test(tc, hs_regress_sdpa_nothing_to_write);
+    tcase_add_test(tc, hs_regress_encoder_packed_weights);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
