@@ -21,13 +21,22 @@
  * a plain count. hs_hooks_see_calls checks the hooks do see the calls.
  */
 static int hs_allocs, hs_blas;
+static size_t hs_alloc_size; /* the last size requested */
 
 void *aligned_alloc(size_t alignment, size_t size) {
     static void *(*next)(size_t, size_t);
     if (!next)
         *(void **)&next = dlsym(RTLD_NEXT, "aligned_alloc");
     __atomic_add_fetch(&hs_allocs, 1, __ATOMIC_RELAXED);
+    hs_alloc_size = size;
     return next(alignment, size);
+}
+
+/* valgrind replaces the executable's allocator too: then the allocation hook is not live. */
+static bool hs_alloc_hook_live(void) {
+    int a0 = hs_allocs;
+    free(aligned_alloc(64, 64));
+    return hs_allocs > a0;
 }
 
 typedef void (*hs_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
@@ -121,12 +130,17 @@ static void hs_outp(hs_case *c, int ndim, const int64_t *shape) {
 
 /* ---- one small valid call per public function ------------------------------------ */
 
+/* The workspace every case passes: NULL/0 (convenience) unless a test sets one. */
+static void *hs_work;
+static size_t hs_work_size;
+
 #define V(i)        (&c->v[i])
 #define SH(...)     ((const int64_t[]){__VA_ARGS__})
 #define HS_OK(call) ck_assert_int_eq((call), ATTN_OK)
 
 static attn_status call_gemm(hs_case *c) {
-    return attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 0.5, V(0), V(1), 1.0, V(2), NULL, 0);
+    return attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 0.5, V(0), V(1), 1.0, V(2), hs_work,
+                     hs_work_size);
 }
 static attn_status call_copy(hs_case *c) { return attn_view_copy(V(0), V(1)); }
 static attn_status call_softmax(hs_case *c) { return attn_softmax(V(0), V(1)); }
@@ -148,10 +162,10 @@ static attn_status call_act_bwd(hs_case *c) {
 static attn_status call_add(hs_case *c) { return attn_add(V(0), V(1), V(2)); }
 static attn_status call_add_bwd(hs_case *c) { return attn_add_backward(V(0), V(1), V(2)); }
 static attn_status call_linear(hs_case *c) {
-    return attn_linear(V(0), V(1), V(2), V(3), NULL, 0);
+    return attn_linear(V(0), V(1), V(2), V(3), hs_work, hs_work_size);
 }
 static attn_status call_linear_bwd(hs_case *c) {
-    return attn_linear_backward(V(0), V(1), V(2), V(3), V(4), V(5), NULL, 0);
+    return attn_linear_backward(V(0), V(1), V(2), V(3), V(4), V(5), hs_work, hs_work_size);
 }
 /* sdpa: q k v keep bias | out weights lse */
 static attn_status call_sdpa(hs_case *c) {
@@ -159,29 +173,29 @@ static attn_status call_sdpa(hs_case *c) {
     c->opts.bias = V(4);
     c->opts.weights = V(6);
     c->opts.lse = V(7);
-    return attn_sdpa(V(0), V(1), V(2), &c->opts, V(5), NULL, 0);
+    return attn_sdpa(V(0), V(1), V(2), &c->opts, V(5), hs_work, hs_work_size);
 }
 /* sdpa backward: q k v out lse dout keep | dq dk dv */
 static attn_status call_sdpa_bwd(hs_case *c) {
     c->opts.keep = V(6);
     return attn_sdpa_backward(V(0), V(1), V(2), &c->opts, V(3), V(4), V(5), V(7), V(8), V(9),
-                              NULL, 0);
+                              hs_work, hs_work_size);
 }
 static attn_status call_entropy(hs_case *c) { return attn_diag_entropy(V(0), V(1)); }
 static attn_status call_jac_fro(hs_case *c) {
     return attn_diag_softmax_jacobian_fro(V(0), V(1));
 }
 static attn_status call_jac_spec(hs_case *c) {
-    return attn_diag_softmax_jacobian_spectral(V(0), V(1), NULL, 0, NULL);
+    return attn_diag_softmax_jacobian_spectral(V(0), V(1), hs_work, hs_work_size, NULL);
 }
 static attn_status call_svd(hs_case *c) {
-    return attn_diag_singular_values(V(0), V(1), NULL, 0, NULL);
+    return attn_diag_singular_values(V(0), V(1), hs_work, hs_work_size, NULL);
 }
 static attn_status call_init_uniform(hs_case *c) {
     return attn_init_uniform(1, 2, 0, -1.0, 1.0, V(0));
 }
 static attn_status call_init_orth(hs_case *c) {
-    return attn_init_orthogonal(1.0, 1, 2, V(0), NULL, 0, NULL);
+    return attn_init_orthogonal(1.0, 1, 2, V(0), hs_work, hs_work_size, NULL);
 }
 
 static attn_status call_posenc_add(hs_case *c) { return attn_posenc_add(1, V(0), V(1)); }
@@ -213,34 +227,35 @@ static attn_encoder_params hs_enc_params(hs_case *c, int i) {
 /* mha forward: x_q x_kv wq wk wv wo bq bk bv bo | out */
 static attn_status call_mha(hs_case *c) {
     attn_mha_params p = hs_mha_params(c, 2, true);
-    return attn_mha_forward(&c->mha, &p, V(0), V(1), NULL, V(10), NULL, NULL, 0);
+    return attn_mha_forward(&c->mha, &p, V(0), V(1), NULL, V(10), NULL, hs_work, hs_work_size);
 }
 /* mha backward (self, no bias): x wq wk wv wo [q k v concat lse] dout | dx dwq dwk dwv dwo */
 static attn_status call_mha_bwd(hs_case *c) {
     attn_mha_params p = hs_mha_params(c, 1, false), g = hs_mha_params(c, c->g0, false);
     return attn_mha_backward(&c->mha, &p, V(0), NULL, NULL, &c->tr, V(10), V(11), NULL, &g,
-                             NULL, 0);
+                             hs_work, hs_work_size);
 }
 /* ffn forward: x w1 b1 w2 b2 | out */
 static attn_status call_ffn(hs_case *c) {
     attn_ffn_params p = hs_ffn_params(c, 1);
-    return attn_ffn_forward(&c->ffn, &p, V(0), V(5), NULL, NULL, 0);
+    return attn_ffn_forward(&c->ffn, &p, V(0), V(5), NULL, hs_work, hs_work_size);
 }
 /* ffn backward: x w1 b1 w2 b2 hidden_pre hidden dout | dx dw1 db1 dw2 db2 */
 static attn_status call_ffn_bwd(hs_case *c) {
     attn_ffn_params p = hs_ffn_params(c, 1), g = hs_ffn_params(c, c->g0);
     c->tr = (attn_trace){.mlp_hidden_pre = V(5), .mlp_hidden = V(6)};
-    return attn_ffn_backward(&c->ffn, &p, V(0), &c->tr, V(7), V(8), &g, NULL, 0);
+    return attn_ffn_backward(&c->ffn, &p, V(0), &c->tr, V(7), V(8), &g, hs_work, hs_work_size);
 }
 /* encoder forward: x, 16 parameters | out */
 static attn_status call_enc(hs_case *c) {
     attn_encoder_params p = hs_enc_params(c, 1);
-    return attn_encoder_forward(&c->enc, &p, V(0), NULL, V(17), NULL, NULL, 0);
+    return attn_encoder_forward(&c->enc, &p, V(0), NULL, V(17), NULL, hs_work, hs_work_size);
 }
 /* encoder backward: x, 16 parameters, 15 cache views, dout | dx, 16 gradients */
 static attn_status call_enc_bwd(hs_case *c) {
     attn_encoder_params p = hs_enc_params(c, 1), g = hs_enc_params(c, c->g0);
-    return attn_encoder_backward(&c->enc, &p, V(0), NULL, &c->tr, V(32), V(33), &g, NULL, 0);
+    return attn_encoder_backward(&c->enc, &p, V(0), NULL, &c->tr, V(32), V(33), &g, hs_work,
+                                 hs_work_size);
 }
 
 /* A slab of the arena, 64-byte aligned, filled with values in [-1, 1) of dtype dt. */
@@ -822,12 +837,8 @@ START_TEST(hs_hooks_see_calls) {
     attn_view_init_strided(&A, ATTN_F32, a, 2, SH(3, 2), SH(4, 2)); /* packed */
     attn_view_init(&B, ATTN_F32, b, 2, SH(2, 3));
     attn_view_init(&C, ATTN_F32, c, 2, SH(3, 3));
-    /* valgrind replaces the executable's allocator too: its run checks the BLAS hook only */
-    int a0 = hs_allocs;
-    free(aligned_alloc(64, 64));
-    bool alloc_hook = hs_allocs > a0;
-    int b0 = hs_blas;
-    a0 = hs_allocs;
+    bool alloc_hook = hs_alloc_hook_live(); /* under valgrind: the BLAS hook only */
+    int a0 = hs_allocs, b0 = hs_blas;
     ck_assert_int_eq(attn_gemm(0, 0, 1.0, &A, &B, 0.0, &C, NULL, 0), ATTN_OK);
     if (alloc_hook)
         ck_assert_int_gt(hs_allocs, a0);
@@ -1113,6 +1124,39 @@ START_TEST(hs_activation_extremes) {
 }
 END_TEST
 
+/*
+ * No allocation in the hot path: every case that allocates with work == NULL
+ * (exactly once: attn__work_acquire) runs with a caller workspace of that size
+ * and then allocates nothing.
+ */
+START_TEST(hs_no_alloc_with_workspace) {
+    if (!hs_alloc_hook_live())
+        return; /* valgrind: the ASan and plain runs check this */
+    int allocating = 0;
+    for (int d = 0; d < 2; ++d)
+        for (int w = 0; w < HS_NCASES; ++w) {
+            hs_case c;
+            hs_build(w, d ? ATTN_F64 : ATTN_F32, &c);
+            int a0 = hs_allocs;
+            hs_expect(&c, ATTN_OK, "work NULL");
+            int n = hs_allocs - a0;
+            ck_assert_msg(n <= 1, "%s allocated %d times", c.name, n);
+            if (n == 0)
+                continue;
+            ++allocating;
+            hs_work_size = hs_alloc_size;
+            hs_work = malloc(hs_work_size);
+            hs_build(w, d ? ATTN_F64 : ATTN_F32, &c);
+            a0 = hs_allocs;
+            hs_expect(&c, ATTN_OK, "caller workspace");
+            ck_assert_msg(hs_allocs == a0, "%s allocated with a workspace", c.name);
+            free(hs_work);
+            hs_work = NULL, hs_work_size = 0;
+        }
+    ck_assert_int_ge(allocating, 2 * 8); /* gemm, linear, sdpa, layers, diag, orthogonal */
+}
+END_TEST
+
 /* ---- regressions: inputs the fuzzers found --------------------------------------- */
 
 /*
@@ -1280,6 +1324,7 @@ int main(void) {
     tc = tcase_create("overflow");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, hs_hooks_see_calls);
+    tcase_add_test(tc, hs_no_alloc_with_workspace);
     tcase_add_test(tc, hs_range_numel_overflow);
     tcase_add_test(tc, hs_range_views);
     tcase_add_test(tc, hs_range_int_max);
