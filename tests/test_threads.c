@@ -231,6 +231,13 @@ static attn_status j_activation(thr *t, const inputs *in) {
         attn_view y = th_out(t, in->dt, 3, SH(B, T, C));
         ATTN_TRY_T(attn_activation((attn_act)a, &in->x, &y));
     }
+    attn_view g = th_out(t, in->dt, 3, SH(B, T, C)), r = th_out(t, in->dt, 3, SH(B, T, C));
+    ATTN_TRY_T(attn_gelu(ATTN_ACT_GELU_ERF, &in->x, &g));
+    ATTN_TRY_T(attn_relu(&in->x, &r));
+    uint32_t *rng = th_scalar(t, 4 * sizeof(uint32_t) + sizeof(uint64_t));
+    attn_philox4x32_10((const uint32_t[]){1, 2, 3, 4}, (const uint32_t[]){5, 6}, rng);
+    uint64_t bits = attn_rng_bits(7, 8, 9);
+    memcpy(rng + 4, &bits, sizeof bits);
     return ATTN_OK;
 }
 static attn_status j_activation_bwd(thr *t, const inputs *in) {
@@ -390,7 +397,7 @@ static const struct {
     {"attn_softmax_backward", j_softmax_bwd},
     {"attn_layernorm", j_layernorm},
     {"attn_layernorm_backward", j_layernorm_bwd},
-    {"attn_activation", j_activation},
+    {"activations (attn_activation, attn_gelu, attn_relu; philox, rng_bits)", j_activation},
     {"attn_activation_backward", j_activation_bwd},
     {"attn_add", j_add},
     {"attn_add_backward", j_add_bwd},
