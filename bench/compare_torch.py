@@ -13,10 +13,10 @@ Runs attn-bench (subprocess, --csv) and times PyTorch on the same shapes:
 all in eval mode under torch.inference_mode(), and prints both times and
 their ratio. Run with Debian's python3-torch: /usr/bin/python3 bench/compare_torch.py
 
-Both sides run under the same thread environment: OMP_NUM_THREADS and
-OPENBLAS_NUM_THREADS = --threads, and OPENBLAS_THREAD_TIMEOUT=4 unless set
-(attn-bench's own default; torch 1.13 here also mixes OpenMP with the pthread
-OpenBLAS), set before torch is imported.
+Both sides run under the same thread environment, set before torch is
+imported: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = --threads, and, unless
+set, OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE (attn-bench's own
+defaults; torch 1.13 here also mixes OpenMP with the pthread OpenBLAS).
 """
 import argparse
 import csv
@@ -114,6 +114,7 @@ def main():
                      ("OPENBLAS_NUM_THREADS", str(a.threads))):
         os.environ[var] = val
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     global torch, F
     import torch
     import torch.nn.functional as F
