@@ -355,7 +355,7 @@ attn_status attn_view_copy(const attn_view *src, attn_view *dst) {
     for (int k = 0; k < src->ndim; ++k)
         if (src->shape[k] != dst->shape[k])
             return ATTN_ESHAPE;
-    if (attn__has_broadcast(dst))
+    if (attn__self_overlaps(dst)) /* broadcast, or strides that revisit an element */
         return ATTN_ESTRIDE;
     if (attn_view_overlaps(src, dst))
         return ATTN_EALIAS;

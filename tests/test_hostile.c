@@ -1162,8 +1162,9 @@ END_TEST
 /*
  * Views describing address ranges beyond the address space (valid: never
  * touched) go through every algebra op and attn_view_span without
- * undefined pointer arithmetic (UBSan in CI), and split/merge strides that
- * would overflow int64 are handled (fuzz_view).
+ * undefined pointer arithmetic (UBSan in CI), split/merge strides that
+ * would overflow int64 are handled, and attn_view_copy refuses a destination
+ * that overlaps itself (fuzz_view).
  */
 START_TEST(hs_regress_view_arithmetic) {
     static unsigned char buf[16];
@@ -1194,6 +1195,11 @@ START_TEST(hs_regress_view_arithmetic) {
     /* splitting its empty axis with a huge inner extent would break them: ERANGE */
     ck_assert_int_eq(attn_view_split(&v, 0, INT64_C(1) << 62, &w), ATTN_ERANGE);
     ck_assert_int_eq(attn_view_numel(&v), 0);
+    /* attn_view_copy into a destination whose strides revisit elements (1, 1) */
+    static unsigned char src[4] = {1, 2, 3, 4}, dst[8];
+    HS_OK(attn_view_init(&v, ATTN_U8, src, 2, SH(2, 2)));
+    HS_OK(attn_view_init_strided(&w, ATTN_U8, dst, 2, SH(2, 2), SH(1, 1)));
+    ck_assert_int_eq(attn_view_copy(&v, &w), ATTN_ESTRIDE);
 }
 END_TEST
 

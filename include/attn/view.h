@@ -136,7 +136,8 @@ ATTN_API attn_status attn_view_flip(const attn_view *v, int axis, attn_view *out
 
 /**
  * Copy src into dst element by element (same shape, same dtype; dst must
- * not overlap src: ATTN_EALIAS; dst must not broadcast: ATTN_ESTRIDE).
+ * not overlap src: ATTN_EALIAS; dst must not broadcast or overlap itself:
+ * ATTN_ESTRIDE, by the conservative test every output gets).
  * The only view function that touches data. Since 0.1.
  */
 ATTN_API attn_status attn_view_copy(const attn_view *src, attn_view *dst);
