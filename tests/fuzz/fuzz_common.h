@@ -72,6 +72,16 @@ static inline uint32_t fz_u32(fz *f) {
 static inline uint32_t fz_below(fz *f, uint32_t n) { return n ? fz_u8(f) % n : 0; }
 static inline bool fz_bool(fz *f) { return fz_u8(f) & 1; }
 
+/* A dtype: mostly the call's, sometimes the other float type, U8 or no dtype at all. */
+static inline attn_dtype fz_dtype(fz *f, attn_dtype main) {
+    uint8_t c = fz_u8(f);
+    if (c < 244)
+        return main;
+    return c < 250   ? (main == ATTN_F32 ? ATTN_F64 : ATTN_F32)
+           : c < 253 ? ATTN_U8
+                     : (attn_dtype)0;
+}
+
 /*
  * An extent: mostly small (0..6), sometimes medium, rarely one of the values
  * that break naive arithmetic (INT_MAX +- 1, 2^32, 2^62, INT64_MAX, negative).

@@ -37,15 +37,10 @@ static bool packed(const attn_view *v) {
     return !row && !col;
 }
 
-static attn_dtype pick_dtype(fz *f, attn_dtype main) {
-    uint8_t c = fz_u8(f);
-    return c < 248 ? main : c < 252 ? (main == ATTN_F32 ? ATTN_F64 : ATTN_F32) : ATTN_U8;
-}
-
 /* A parameter view of the given shape (NULL shape: a 1-D (n) bias). */
 static bool param(fz *f, attn_dtype dt, int ndim, int64_t r, int64_t c, attn_view *v) {
     int64_t sh[2] = {r, c};
-    return fz_view(f, pick_dtype(f, dt), ndim, ndim == 2 ? sh : &sh[1], v);
+    return fz_view(f, fz_dtype(f, dt), ndim, ndim == 2 ? sh : &sh[1], v);
 }
 static bool mha_params(fz *f, const attn_mha_config *c, attn_mha_params *p) {
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
@@ -215,9 +210,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attn_view x, xkv, out, keep;
     bool cross = kind == 0 && fz_bool(&f);
     int64_t Ckv = cross && cfg_ok ? mr.d_kv : C, Tkv = cross ? Tk : T;
-    if (!fz_view(&f, pick_dtype(&f, cdt), 3, (const int64_t[]){B, T, C}, &x) ||
-        (cross && !fz_view(&f, pick_dtype(&f, cdt), 3, (const int64_t[]){B, Tk, Ckv}, &xkv)) ||
-        !fz_view(&f, pick_dtype(&f, cdt), 3, (const int64_t[]){B, T, C}, &out))
+    if (!fz_view(&f, fz_dtype(&f, cdt), 3, (const int64_t[]){B, T, C}, &x) ||
+        (cross && !fz_view(&f, fz_dtype(&f, cdt), 3, (const int64_t[]){B, Tk, Ckv}, &xkv)) ||
+        !fz_view(&f, fz_dtype(&f, cdt), 3, (const int64_t[]){B, T, C}, &out))
         return 0;
     if (cfg_ok) {
         if (kind == 0 && !mha_params(&f, &mr, &mp))
