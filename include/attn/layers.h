@@ -190,7 +190,11 @@ ATTN_API int64_t attn_ffn_param_count(const attn_ffn_config *cfg);
 ATTN_API attn_status attn_ffn_forward(const attn_ffn_config *cfg, const attn_ffn_params *p,
                                       const attn_view *x, attn_view *out,
                                       const attn_trace *trace, void *work, size_t work_size);
-/** Bytes of workspace attn_ffn_forward needs (0 when invalid). Since 0.1. */
+/**
+ * Bytes of workspace attn_ffn_forward needs (0 when invalid). Like every layer
+ * query it assumes weights and outputs with a unit stride in one dim; others
+ * need packing room it does not count (pass NULL, 0 then). Since 0.1.
+ */
 ATTN_API size_t attn_ffn_workspace_size(const attn_ffn_config *cfg, const attn_view *x,
                                         const attn_trace *trace);
 /**
@@ -255,7 +259,11 @@ ATTN_API attn_status attn_encoder_forward(const attn_encoder_config *cfg,
                                           const attn_sdpa_opts *opts, attn_view *out,
                                           const attn_trace *trace, void *work,
                                           size_t work_size);
-/** Bytes of workspace attn_encoder_forward needs (0 when invalid). Since 0.1. */
+/**
+ * Bytes of workspace attn_encoder_forward needs (0 when invalid). Assumes
+ * weights and outputs with a unit stride in one dim, as the MHA and FFN
+ * queries do. Since 0.1.
+ */
 ATTN_API size_t attn_encoder_workspace_size(const attn_encoder_config *cfg,
                                             const attn_view *x, const attn_sdpa_opts *opts,
                                             const attn_trace *trace);
