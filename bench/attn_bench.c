@@ -706,7 +706,7 @@ static void write_plot(const char *path, const result *res, int nres, int thread
                "forward pass against sequence length n (%d threads)'\n",
             rows, cols, threads);
     fprintf(g, "set logscale x 2\nset logscale y 10\nset format y '%%g'\n"
-               "set grid xtics ytics mytics\nset key top left opaque box\nset xlabel 'sequence length n'\n"
+               "set grid xtics ytics\nset key top left opaque box\nset xlabel 'sequence length n'\n"
                "set ylabel 'time per forward pass (ms)'\n"
                "set style line 1 lc rgb '#1f77b4' lw 2 pt 7\n"
                "set style line 2 lc rgb '#d62728' lw 2 pt 5\n"
