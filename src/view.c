@@ -143,13 +143,15 @@ attn_status attn_view_slice(const attn_view *v, int axis, int64_t start, int64_t
     if (start < 0 || stop < start || stop > v->shape[axis])
         return ATTN_ERANGE;
     attn_view t = *v;
-    int64_t n = (stop - start + step - 1) / step;
+    /* ceil((stop - start) / step) without forming stop - start + step - 1,
+       which overflows for a huge step */
+    int64_t n = stop == start ? 0 : 1 + (stop - start - 1) / step;
     if (n > 0)
         t.data = offset(v->data, start * v->stride[axis], v->dtype);
     t.shape[axis] = n;
-    t.stride[axis] = v->stride[axis] * step; /* |stride| * step stays within the old span */
-    if (n <= 1)
-        t.stride[axis] = v->stride[axis];
+    /* with n >= 2, step <= extent - 1, so |stride| * step stays within the
+       validated span; with n <= 1 the stride is never used: keep it */
+    t.stride[axis] = n > 1 ? v->stride[axis] * step : v->stride[axis];
     *out = t;
     return ATTN_OK;
 }

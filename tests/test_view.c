@@ -104,6 +104,13 @@ START_TEST(vsl_slice) {
     ck_assert_ptr_eq(s.data, buf + 2);
     ck_assert_int_eq(attn_view_slice(&v, 0, 6, 6, 1, &s), ATTN_OK);
     ck_assert_int_eq(s.shape[0], 0);
+    /* a huge step (fuzzer finding): one element, stride kept, no overflow */
+    ck_assert_int_eq(attn_view_slice(&v, 1, 3, 8, INT64_MAX, &s), ATTN_OK);
+    ck_assert_int_eq(s.shape[1], 1);
+    ck_assert_int_eq(s.stride[1], 1);
+    ck_assert_ptr_eq(s.data, buf + 3);
+    ck_assert_int_eq(attn_view_slice(&v, 1, 0, 8, INT64_MAX / 2, &s), ATTN_OK);
+    ck_assert_int_eq(s.shape[1], 1);
     attn_view o = sentinel();
     ck_assert_int_eq(attn_view_slice(&v, 2, 0, 1, 1, &o), ATTN_EINVAL);
     ck_assert_int_eq(attn_view_slice(&v, 0, 0, 1, 0, &o), ATTN_EINVAL);
