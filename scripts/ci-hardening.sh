@@ -4,7 +4,7 @@
 #
 #   sh scripts/ci-hardening.sh [asan] [valgrind] [fuzz] [tsan]    (no argument: all four)
 #
-# Environment: ATTN_FUZZ_SECONDS (default 60) per fuzz target; ATTN_HARD_JOBS
+# Environment: ATTN_FUZZ_SECONDS (default 60) per fuzz target; ATTN_FUZZ_SEED (1); ATTN_HARD_JOBS
 # (default 2) parallel test processes. Build directories: build-asan,
 # build-hard-vg, build-fuzz, build-tsan. docs/reliability.md explains every
 # option and suppression used here.
@@ -12,6 +12,9 @@ set -e
 cd "$(dirname "$0")/.."
 export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
 fuzz_seconds="${ATTN_FUZZ_SECONDS:-60}"
+# A fixed libFuzzer seed: every CI run replays the same mutation sequence (as far
+# as its time allows), so a red fuzz step is a reproducible finding, not luck.
+fuzz_seed="${ATTN_FUZZ_SEED:-1}"
 jobs="${ATTN_HARD_JOBS:-2}"
 steps="${*:-asan valgrind fuzz tsan}"
 root=$(pwd)
@@ -77,7 +80,7 @@ for step in $steps; do
       echo "== fuzz $name for $fuzz_seconds s"
       if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-           "build-fuzz/tests/fuzz/$t" -max_total_time="$fuzz_seconds" -timeout=20 \
+           "build-fuzz/tests/fuzz/$t" -max_total_time="$fuzz_seconds" -seed="$fuzz_seed" -timeout=20 \
              -rss_limit_mb=2048 -max_len=512 -print_final_stats=1 \
              -artifact_prefix=build-fuzz/crash-"$name"- "$work" >"$work.log" 2>&1; then
         tail -n 60 "$work.log"; echo "== fuzz $name FAILED (input saved as build-fuzz/crash-$name-*)"
