@@ -75,11 +75,7 @@ static bool act_ok(attn_act act) {
 attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
     if (!act_ok(act))
         return ATTN_EINVAL;
-    ATTN_TRY(k_check_float(x, 0));
-    ATTN_TRY(k_check_float(y, x->dtype));
-    if (!k_same_shape(x, y))
-        return ATTN_ESHAPE;
-    ATTN_TRY(k_check_out(y, 1, (const attn_view *[]){x}, 1u));
+    ATTN_TRY(k_check_map(x, true, NULL, y, true));
     if (attn_view_numel(x) == 0)
         return ATTN_OK;
     k_iter it;
@@ -95,12 +91,7 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
                                      attn_view *dx) {
     if (!act_ok(act))
         return ATTN_EINVAL;
-    ATTN_TRY(k_check_float(x, 0));
-    ATTN_TRY(k_check_float(dy, x->dtype));
-    ATTN_TRY(k_check_float(dx, x->dtype));
-    if (!k_same_shape(x, dy) || !k_same_shape(x, dx))
-        return ATTN_ESHAPE;
-    ATTN_TRY(k_check_out(dx, 2, (const attn_view *[]){x, dy}, 0));
+    ATTN_TRY(k_check_map(x, false, dy, dx, false));
     if (attn_view_numel(x) == 0)
         return ATTN_OK;
     k_iter it;

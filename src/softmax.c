@@ -17,11 +17,7 @@
 /* clang-format on */
 
 attn_status attn_softmax(const attn_view *x, attn_view *y) {
-    ATTN_TRY(k_check_float(x, 0));
-    ATTN_TRY(k_check_float(y, x->dtype));
-    if (!k_same_shape(x, y))
-        return ATTN_ESHAPE;
-    ATTN_TRY(k_check_out(y, 1, (const attn_view *[]){x}, 1u));
+    ATTN_TRY(k_check_map(x, true, NULL, y, true));
     if (attn_view_numel(x) == 0)
         return ATTN_OK;
     k_iter it;
@@ -34,12 +30,7 @@ attn_status attn_softmax(const attn_view *x, attn_view *y) {
 }
 
 attn_status attn_softmax_backward(const attn_view *y, const attn_view *dy, attn_view *dx) {
-    ATTN_TRY(k_check_float(y, 0));
-    ATTN_TRY(k_check_float(dy, y->dtype));
-    ATTN_TRY(k_check_float(dx, y->dtype));
-    if (!k_same_shape(y, dy) || !k_same_shape(y, dx))
-        return ATTN_ESHAPE;
-    ATTN_TRY(k_check_out(dx, 2, (const attn_view *[]){y, dy}, 0));
+    ATTN_TRY(k_check_map(y, false, dy, dx, false));
     if (attn_view_numel(y) == 0)
         return ATTN_OK;
     k_iter it;

@@ -135,4 +135,21 @@ static inline attn_status k_check_out(const attn_view *out, int nin, const attn_
     return ATTN_OK;
 }
 
+/*
+ * The prologue of a same-shape map out = f(a) (unary) or out = f(a, b): a an
+ * F32/F64 view, b (required unless unary) of a's dtype and shape, out of a's
+ * dtype and shape, overlapping neither input unless in_place and out is
+ * exactly the view a.
+ */
+static inline attn_status k_check_map(const attn_view *a, bool unary, const attn_view *b,
+                                      const attn_view *out, bool in_place) {
+    ATTN_TRY(k_check_float(a, 0));
+    if (!unary)
+        ATTN_TRY(k_check_float(b, a->dtype));
+    ATTN_TRY(k_check_float(out, a->dtype));
+    if ((!unary && !k_same_shape(a, b)) || !k_same_shape(a, out))
+        return ATTN_ESHAPE;
+    return k_check_out(out, 2, (const attn_view *[]){a, b}, in_place ? 1u : 0u);
+}
+
 #endif /* ATTN_TMPL_ROWS_H */
