@@ -306,27 +306,16 @@ void attn_view_span(const attn_view *v, const void **lo, const void **hi) {
     *lo = *hi = v ? v->data : NULL;
     if (attn_view_check(v) != ATTN_OK)
         return;
-    int64_t neg = 0, pos = 0;
-    for (int k = 0; k < v->ndim; ++k) {
-        if (v->shape[k] == 0)
-            return; /* empty: touches nothing */
-        int64_t e = v->stride[k] * (v->shape[k] - 1);
-        if (e < 0)
-            neg += e;
-        else
-            pos += e;
-    }
-    *lo = offset(v->data, neg, v->dtype);
-    *hi = offset(v->data, pos + 1, v->dtype);
+    uintptr_t l, h;
+    attn__span_raw(v, &l, &h);
+    *lo = (const void *)l;
+    *hi = (const void *)h;
 }
 
 bool attn_view_overlaps(const attn_view *a, const attn_view *b) {
-    const void *alo, *ahi, *blo, *bhi;
-    attn_view_span(a, &alo, &ahi);
-    attn_view_span(b, &blo, &bhi);
-    if (alo == ahi || blo == bhi)
+    if (attn_view_check(a) != ATTN_OK || attn_view_check(b) != ATTN_OK)
         return false;
-    return (const char *)alo < (const char *)bhi && (const char *)blo < (const char *)ahi;
+    return attn__overlaps_raw(a, b);
 }
 
 attn_status attn__check_float(const attn_view *v, int ndim) {
