@@ -3,7 +3,7 @@
 #ifndef ATTN_SDPA_INTERNAL_H
 #define ATTN_SDPA_INTERNAL_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 /*
  * The lse of a row with no key to attend to (docs/numerics.md): a finite

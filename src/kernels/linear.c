@@ -2,7 +2,7 @@
 /* attn_linear: y = x W + b over the last dim, and its backward, all through attn_gemm. */
 #include <limits.h>
 
-#include "tmpl/rows.h"
+#include "kernels/rows.h"
 
 /* A 1-D view (n) as the one-row matrix (1, n); higher ranks are returned unchanged. */
 static attn_view as_matrix(const attn_view *v) {

@@ -6,7 +6,7 @@
 
 #include <lapacke.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* ---- Philox4x32-10 (Salmon et al., SC'11; constants from Random123) ---- */
 

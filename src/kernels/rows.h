@@ -4,7 +4,7 @@
 #ifndef ATTN_TMPL_ROWS_H
 #define ATTN_TMPL_ROWS_H
 
-#include "../internal.h"
+#include "core/internal.h"
 
 #define K_MAXOP 4
 

@@ -2,7 +2,7 @@
 /* Status strings, version queries and the convenience-workspace helper. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static const struct {
     const char *name, *text;

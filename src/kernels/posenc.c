@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tmpl/rows.h"
+#include "kernels/rows.h"
 
 #define DEFAULT_BASE 10000.0
 

@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* One build for every x86-64 CPU: SSE2 baseline, AVX2 and AVX-512 clones picked at load time. */
 /* (not with clang < 15: it names the ifunc "f.ifunc", so other files' calls do not link) */

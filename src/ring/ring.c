@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "attn/ring.h"
-#include "sdpa_internal.h" /* ATTN__SDPA_LSE_EMPTY: the lse of a row that sees no key */
+#include "kernels/sdpa_internal.h" /* ATTN__SDPA_LSE_EMPTY: the lse of a row that sees no key */
 
 #define T         float
 #define SFX(name) name##_f32

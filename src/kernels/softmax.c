@@ -2,7 +2,7 @@
 /* attn_softmax and its backward: max-subtracted rows over the last dim. */
 #include <math.h>
 
-#include "tmpl/rows.h"
+#include "kernels/rows.h"
 
 /* Instantiate the template for float, then double (include order matters). */
 /* clang-format off */

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "attn_config.h"
-#include "sdpa_internal.h"
+#include "kernels/sdpa_internal.h"
 
 #if ATTN_HAVE_OPENMP
 #include <omp.h>

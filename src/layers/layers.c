@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /*
  * Scratch planning. Every layer function runs its body twice: once in

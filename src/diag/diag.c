@@ -6,7 +6,7 @@
 
 #include <lapacke.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* ---- probability rows ---------------------------------------------------- */
 

@@ -2,7 +2,7 @@
 /* attn_layernorm and its backward over the last dim (biased variance, eps inside the root). */
 #include <math.h>
 
-#include "tmpl/rows.h"
+#include "kernels/rows.h"
 
 /* Instantiate the template for float, then double (include order matters). */
 /* clang-format off */

@@ -2,7 +2,7 @@
 /* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
 #include <math.h>
 
-#include "tmpl/rows.h"
+#include "kernels/rows.h"
 
 #define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
 #define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */

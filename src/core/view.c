@@ -2,7 +2,7 @@
 /* The strided view: validation and copy-free algebra (slice, permute, split, ...). */
 #include <string.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 size_t attn_dtype_size(attn_dtype dtype) {
     switch (dtype) {
