@@ -1,0 +1,75 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The Fortran module attn (docs/fortran.md), TAP:
+#   1 fortran/attn_capi.f90 and the layout programs equal a fresh scripts/gen_fortran.py
+#   2 every public function of the umbrella headers has its interface (no Python)
+#   3 every bind(c) type has C's size and field offsets (tests/fortran_abi.{c,f90})
+#   4-6 installed into a temporary prefix, examples/fortran/sdpa.f90 builds with
+#       gfortran $(pkg-config --cflags --libs attn-fortran), shared and --static, and runs
+# usage: fortran_test.sh <src> <fortran_abi_c exe|none> <fortran_abi_f exe|none>
+src="$1"; abi_c="$2"; abi_f="$3"
+. "$src/tests/install_util.sh"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+echo "1..6"
+rc=0
+
+if ! have python3; then
+  echo "ok 1 - generated module is current # SKIP python3 not found (scripts/gen_fortran.py)"
+elif python3 "$src/scripts/gen_fortran.py" --check >"$tmp/gen" 2>&1; then
+  echo "ok 1 - fortran/attn_capi.f90 equals a fresh scripts/gen_fortran.py"
+else
+  sed 's/^/# /' "$tmp/gen"; echo "not ok 1 - generated Fortran files are stale"; rc=1
+fi
+
+headers=$(sed -n 's|^#include "attn/\([a-z0-9_]*\.h\)"|\1|p' "$src/include/attn/attn.h" |
+          while read -r h; do
+            if [ -e "$src/include/attn/$h" ]; then echo "$src/include/attn/$h"
+            elif [ -e "$src/include/attn/$h.in" ]; then echo "$src/include/attn/$h.in"; fi
+          done)
+missing=""
+for f in $(cat $headers | tr '\n' ' ' | sed 's/;/;\n/g' |
+           sed -n 's/.*ATTN_API[^(]*[ *]\(attn_[a-z0-9_]*\) *(.*/\1/p' | grep -v '^attn__' | sort -u); do
+  grep -q "name='$f')" "$src/fortran/attn_capi.f90" || missing="$missing $f"
+done
+if [ -z "$missing" ]; then
+  echo "ok 2 - every public function of attn/attn.h has a Fortran interface"
+else
+  echo "not ok 2 - no Fortran interface for:$missing (rerun scripts/gen_fortran.py)"; rc=1
+fi
+
+if [ "$abi_c" = none ] || [ "$abi_f" = none ]; then
+  echo "ok 3 - bind(c) layouts # SKIP attn was configured without Fortran (-Dfortran)"
+elif "$abi_c" >"$tmp/c.txt" 2>&1 && "$abi_f" >"$tmp/f.txt" 2>&1 &&
+     [ -s "$tmp/c.txt" ] && diff "$tmp/c.txt" "$tmp/f.txt" >"$tmp/diff"; then
+  echo "ok 3 - $(grep -c '\.' "$tmp/c.txt") field offsets and $(grep -vc '\.' "$tmp/c.txt") sizes agree with C"
+else
+  sed 's/^/# /' "$tmp/diff" "$tmp/f.txt" 2>/dev/null | head -n 40
+  echo "not ok 3 - a bind(c) type differs from its C struct"; rc=1
+fi
+
+if ! have gfortran || ! have pkg-config; then
+  why="gfortran or pkg-config not found"
+  for i in 4 5 6; do echo "ok $i - installed module # SKIP $why"; done
+  exit $rc
+fi
+if install_attn "$src" "$tmp" -Dmpi=disabled -Dfortran=enabled; then
+  echo "ok 4 - meson install (Fortran module) into a temporary prefix"
+else
+  echo "not ok 4 - meson install into a temporary prefix"
+  echo "ok 5 - shared # SKIP no install"; echo "ok 6 - static # SKIP no install"; exit 1
+fi
+prog="$src/examples/fortran/sdpa.f90"
+if (cd "$tmp" && gfortran -o sdpa_shared "$prog" $(pkg-config --cflags --libs attn-fortran) \
+      -Wl,-rpath,"$attn_libdir") >"$tmp/err" 2>&1 && "$tmp/sdpa_shared" >"$tmp/out" 2>&1; then
+  echo "ok 5 - shared: gfortran sdpa.f90 \$(pkg-config --cflags --libs attn-fortran)"
+else
+  sed 's/^/# /' "$tmp/err" "$tmp/out" 2>/dev/null; echo "not ok 5 - shared"; rc=1
+fi
+if (cd "$tmp" && gfortran -static -o sdpa_static "$prog" \
+      $(pkg-config --static --cflags --libs attn-fortran)) >"$tmp/err" 2>&1 &&
+   "$tmp/sdpa_static" >"$tmp/out" 2>&1; then
+  echo "ok 6 - static: gfortran -static sdpa.f90 \$(pkg-config --static --cflags --libs attn-fortran)"
+else
+  sed 's/^/# /' "$tmp/err" "$tmp/out" 2>/dev/null; echo "not ok 6 - static"; rc=1
+fi
+exit $rc
