@@ -6,11 +6,12 @@
 #   3 every bind(c) type has C's size and field offsets (tests/fortran_abi.{c,f90})
 #   4-6 installed into a temporary prefix, examples/fortran/sdpa.f90 builds with
 #       gfortran $(pkg-config --cflags --libs attn-fortran), shared and --static, and runs
+#   7 the ```fortran program of docs/fortran.md builds and runs the same way
 # usage: fortran_test.sh <src> <fortran_abi_c exe|none> <fortran_abi_f exe|none>
 src="$1"; abi_c="$2"; abi_f="$3"
 . "$src/tests/install_util.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-echo "1..6"
+echo "1..7"
 rc=0
 
 if ! have python3; then
@@ -49,14 +50,22 @@ fi
 
 if ! have gfortran || ! have pkg-config; then
   why="gfortran or pkg-config not found"
-  for i in 4 5 6; do echo "ok $i - installed module # SKIP $why"; done
-  exit $rc
+  for i in 4 5 6 7; do echo "ok $i - installed module # SKIP $why"; done
+  awk '/^```fortran$/{n++; f=1; next} /^```/{f=0} f && n == 1' "$src/docs/fortran.md" >"$tmp/doc.f90"
+if [ -s "$tmp/doc.f90" ] &&
+   (cd "$tmp" && gfortran -o doc_prog doc.f90 $(pkg-config --cflags --libs attn-fortran) \
+      -Wl,-rpath,"$attn_libdir") >"$tmp/err" 2>&1 && "$tmp/doc_prog" >"$tmp/out" 2>&1; then
+  echo "ok 7 - the program of docs/fortran.md builds and runs"
+else
+  sed 's/^/# /' "$tmp/err" "$tmp/out" 2>/dev/null; echo "not ok 7 - docs/fortran.md's program"; rc=1
+fi
+exit $rc
 fi
 if install_attn "$src" "$tmp" -Dmpi=disabled -Dfortran=enabled; then
   echo "ok 4 - meson install (Fortran module) into a temporary prefix"
 else
   echo "not ok 4 - meson install into a temporary prefix"
-  echo "ok 5 - shared # SKIP no install"; echo "ok 6 - static # SKIP no install"; exit 1
+  for i in 5 6 7; do echo "ok $i # SKIP no install"; done; exit 1
 fi
 prog="$src/examples/fortran/sdpa.f90"
 if (cd "$tmp" && gfortran -o sdpa_shared "$prog" $(pkg-config --cflags --libs attn-fortran) \
@@ -71,5 +80,13 @@ if (cd "$tmp" && gfortran -static -o sdpa_static "$prog" \
   echo "ok 6 - static: gfortran -static sdpa.f90 \$(pkg-config --static --cflags --libs attn-fortran)"
 else
   sed 's/^/# /' "$tmp/err" "$tmp/out" 2>/dev/null; echo "not ok 6 - static"; rc=1
+fi
+awk '/^```fortran$/{n++; f=1; next} /^```/{f=0} f && n == 1' "$src/docs/fortran.md" >"$tmp/doc.f90"
+if [ -s "$tmp/doc.f90" ] &&
+   (cd "$tmp" && gfortran -o doc_prog doc.f90 $(pkg-config --cflags --libs attn-fortran) \
+      -Wl,-rpath,"$attn_libdir") >"$tmp/err" 2>&1 && "$tmp/doc_prog" >"$tmp/out" 2>&1; then
+  echo "ok 7 - the program of docs/fortran.md builds and runs"
+else
+  sed 's/^/# /' "$tmp/err" "$tmp/out" 2>/dev/null; echo "not ok 7 - docs/fortran.md's program"; rc=1
 fi
 exit $rc
