@@ -73,12 +73,15 @@ static bool act_ok(attn_act act) {
     return act == ATTN_ACT_GELU_TANH || act == ATTN_ACT_GELU_ERF || act == ATTN_ACT_RELU;
 }
 
-attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
-    if (!act_ok(act))
-        return ATTN_EINVAL;
+/* The checks and run behind attn_activation, attn_gelu and attn_relu. */
+static attn_status activation(attn_act act, const attn_view *x, attn_view *y) {
     ATTN_TRY(k_check_map(x, true, NULL, y, true));
     attn__activation_run(act, x, y);
     return ATTN_OK;
+}
+
+attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
+    return act_ok(act) ? activation(act, x, y) : ATTN_EINVAL;
 }
 
 void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
@@ -116,11 +119,11 @@ void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_
 attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {
     if (act != ATTN_ACT_GELU_TANH && act != ATTN_ACT_GELU_ERF)
         return ATTN_EINVAL;
-    return attn_activation(act, x, y);
+    return activation(act, x, y);
 }
 
 attn_status attn_relu(const attn_view *x, attn_view *y) {
-    return attn_activation(ATTN_ACT_RELU, x, y);
+    return activation(ATTN_ACT_RELU, x, y);
 }
 
 /* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
