@@ -52,6 +52,11 @@ SCALARS = {
     "uint64_t": ("integer(c_int64_t)", "c_int64_t"),
     "int32_t": ("integer(c_int32_t)", "c_int32_t"),
     "uint32_t": ("integer(c_int32_t)", "c_int32_t"),
+    "unsigned": ("integer(c_int)", "c_int"),
+    "int16_t": ("integer(c_int16_t)", "c_int16_t"),
+    "uint16_t": ("integer(c_int16_t)", "c_int16_t"),
+    "int8_t": ("integer(c_int8_t)", "c_int8_t"),
+    "uint8_t": ("integer(c_int8_t)", "c_int8_t"),
     "size_t": ("integer(c_size_t)", "c_size_t"),
     "double": ("real(c_double)", "c_double"),
     "float": ("real(c_float)", "c_float"),
@@ -90,6 +95,7 @@ class Api:
         self.enums = set()
         self.structs = []  # (name, [(ftype-decl, field name, dims)], header)
         self.struct_names = set()
+        self.opaque = set()  # typedef struct X X; without a body: handles, type(c_ptr)
         self.funcs = []    # (name, ret, [(ctype, name)], header)
 
     # ---- parsing -------------------------------------------------------
@@ -103,12 +109,15 @@ class Api:
         text = re.sub(r'extern\s+"C"\s*\{|^\s*\}\s*$', " ", text, flags=re.M)
         tok = re.compile(r"typedef\s+enum\s+(\w*)\s*\{(.*?)\}\s*(\w+)\s*;"
                          r"|typedef\s+struct\s+(\w*)\s*\{(.*?)\}\s*(\w+)\s*;"
-                         r"|ATTN_API\s+([^;]*?)\s*;", re.S)
+                         r"|ATTN_API\s+([^;]*?)\s*;"
+                         r"|typedef\s+struct\s+\w+\s+(\w+)\s*;", re.S)
         for m in tok.finditer(text):
             if m.group(3):
                 self.parse_enum(m.group(3), m.group(2), hname)
             elif m.group(6):
                 self.parse_struct(m.group(6), m.group(5), hname)
+            elif m.group(8):
+                self.opaque.add(m.group(8))
             else:
                 self.parse_func(m.group(7), hname)
 
@@ -213,6 +222,8 @@ class Api:
                 raise GenError(f"{where}: structs passed by value are not bound")
             decl, kind = self.ctype_scalar(base, where)
             return f"{decl}, value :: {pname}", {kind}
+        if stars >= 1 and base in self.opaque:  # a handle: pass it on as it came
+            return f"type(c_ptr), value :: {pname}", {"c_ptr"}
         if stars == 1 and base in self.struct_names:
             intent = "intent(in), " if const else ""
             return f"type({base}), {intent}optional :: {pname}", {base}
@@ -225,11 +236,17 @@ class Api:
             return f"{decl}, optional :: {pname}", {kind}
         raise GenError(f"{where}: no Fortran mapping for the C type '{ctype}'")
 
+    @staticmethod
+    def is_string(ret):
+        return ret.replace("ATTN_NODISCARD", "").replace(" ", "") == "constchar*"
+
     def result(self, fname, ret):
         r = re.sub(r"\s+", " ", ret).replace("ATTN_NODISCARD", "").strip()
         if r == "void":
             return None, set()
         if r.replace(" ", "") == "constchar*":
+            return "type(c_ptr)", {"c_ptr"}
+        if r.endswith("*") and r.replace("const", "").replace("*", "").strip() in self.opaque:
             return "type(c_ptr)", {"c_ptr"}
         if "*" in r:
             raise GenError(f"{fname}: no Fortran mapping for the result type '{ret}'")
@@ -260,8 +277,7 @@ class Api:
                 raise GenError(f"{what} '{name}' is longer than Fortran's 63 characters")
             seen[key] = name
 
-        funcs = {(n + "_c" if self.result(n, r)[0] == "type(c_ptr)" else n).lower()
-                 for n, r, _, _ in self.funcs}
+        funcs = {(n + "_c" if self.is_string(r) else n).lower() for n, r, _, _ in self.funcs}
         cur = None
         for name, val, h, alt in self.consts:
             if h != cur:
@@ -286,7 +302,7 @@ class Api:
         cur = None
         for name, ret, params, h in self.funcs:
             rdecl, kinds = self.result(name, ret)
-            fname = name + "_c" if rdecl == "type(c_ptr)" else name
+            fname = name + "_c" if self.is_string(ret) else name
             claim(fname, "function")
             if h != cur:
                 L.append(f"    ! ---- {h}")
@@ -313,7 +329,7 @@ class Api:
         L.append("  end interface")
         L.append("")
         for n, r, _, _ in self.funcs:
-            L.append("  public :: " + (n + "_c" if self.result(n, r)[0] == "type(c_ptr)" else n))
+            L.append("  public :: " + (n + "_c" if self.is_string(r) else n))
         L.append("end module attn_capi")
         return "\n".join(L) + "\n"
 
