@@ -6,7 +6,8 @@
 ! Column-major q(D, T, H) is, without a copy, attn's row-major (H, T, D); attn_view_of(q, 4)
 ! adds the batch axis: (1, H, T, D). Cases: f64 causal on whole arrays (1e-12 of the
 ! loop), f32 causal on strided sections of larger arrays (1e-5), f64 causal with a
-! workspace the program owns, and a refused call (ATTN_EINVAL, output untouched).
+! workspace the program owns, the causal rule as an int8 keep mask keep(Tk, Tq), and a
+! refused call (ATTN_EINVAL, output untouched).
 ! Exit status 0 when every case matches.
 program sdpa_fortran
   use, intrinsic :: iso_c_binding
@@ -18,6 +19,7 @@ program sdpa_fortran
   call case_f64(fails)
   call case_f32_sections(fails)
   call case_f64_workspace(fails)
+  call case_keep_mask(fails)
   call case_refused(fails)
   if (fails /= 0) then
     print '(a, i0, a)', 'sdpa_fortran: ', fails, ' case(s) FAILED'
@@ -161,6 +163,39 @@ contains
     call naive(q, k, v, ref)
     call report('f64 causal, tiled, own workspace', maxval(abs(o - ref)), 1d-12, fails)
   end subroutine case_f64_workspace
+
+  ! The causal rule spelled as a U8 keep mask: keep(j, i) = 1 when query i may see key j.
+  ! Fortran's keep(Tk, Tq) is attn's (Tq, Tk), broadcast over batch and heads.
+  subroutine case_keep_mask(fails)
+    integer, intent(inout) :: fails
+    real(c_double), allocatable, target :: q(:, :, :), k(:, :, :), v(:, :, :), o(:, :, :)
+    integer(c_int8_t), allocatable, target :: keep(:, :)
+    real(c_double), allocatable :: ref(:, :, :)
+    type(attn_view), target :: kv
+    type(attn_sdpa_opts) :: opts
+    type(attn_view) :: ov
+    integer(c_int) :: st
+    integer :: i, j
+    allocate (q(D, T, H), k(D, T, H), v(D, T, H), o(D, T, H), ref(D, T, H), keep(T, T))
+    call fill(q, 1.2d0); call fill(k, 2.4d0); call fill(v, 0.6d0)
+    do i = 1, T
+      do j = 1, T
+        keep(j, i) = merge(1_c_int8_t, 0_c_int8_t, j <= i)
+      end do
+    end do
+    kv = attn_view_of(keep)
+    opts%keep = c_loc(kv)
+    ov = attn_view_of(o, 4)
+    st = attn_sdpa(attn_view_of(q, 4), attn_view_of(k, 4), attn_view_of(v, 4), opts, ov, &
+                   c_null_ptr, 0_c_size_t)
+    if (st /= ATTN_OK) then
+      print '(a, a)', 'keep mask attn_sdpa: ', attn_strerror(st)
+      fails = fails + 1
+      return
+    end if
+    call naive(q, k, v, ref)
+    call report('f64 keep mask keep(Tk, Tq), int8', maxval(abs(o - ref)), 1d-12, fails)
+  end subroutine case_keep_mask
 
   ! A view of the wrong rank (ndim 2 for a 3-D array) is refused; nothing is written.
   subroutine case_refused(fails)
