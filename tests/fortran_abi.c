@@ -5,7 +5,15 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include <attn/attn.h>
+#include <attn/version.h>
+#include <attn/status.h>
+#include <attn/view.h>
+#include <attn/gemm.h>
+#include <attn/kernels.h>
+#include <attn/layers.h>
+#include <attn/posenc.h>
+#include <attn/init.h>
+#include <attn/diag.h>
 
 int main(void) {
     printf("attn_view %zu\n", sizeof(attn_view));

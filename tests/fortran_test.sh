@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # The Fortran module attn (docs/fortran.md), TAP:
 #   1 fortran/attn_capi.f90 and the layout programs equal a fresh scripts/gen_fortran.py
-#   2 every public function of the umbrella headers has its interface (no Python)
+#   2 every public function has its interface, but those of MPI headers (no Python)
 #   3 every bind(c) type has C's size and field offsets (tests/fortran_abi.{c,f90})
 #   4-6 installed into a temporary prefix, examples/fortran/sdpa.f90 builds with
 #       gfortran $(pkg-config --cflags --libs attn-fortran), shared and --static, and runs
@@ -22,10 +22,9 @@ else
   sed 's/^/# /' "$tmp/gen"; echo "not ok 1 - generated Fortran files are stale"; rc=1
 fi
 
-headers=$(sed -n 's|^#include "attn/\([a-z0-9_]*\.h\)"|\1|p' "$src/include/attn/attn.h" |
-          while read -r h; do
-            if [ -e "$src/include/attn/$h" ]; then echo "$src/include/attn/$h"
-            elif [ -e "$src/include/attn/$h.in" ]; then echo "$src/include/attn/$h.in"; fi
+# the public headers, but those that need <mpi.h> (not bound: docs/fortran.md)
+headers=$(for h in "$src"/include/attn/*.h "$src"/include/attn/*.h.in; do
+            [ -e "$h" ] && ! grep -q '#include <mpi.h>' "$h" && echo "$h"
           done)
 missing=""
 for f in $(cat $headers | tr '\n' ' ' | sed 's/;/;\n/g' |
@@ -33,7 +32,7 @@ for f in $(cat $headers | tr '\n' ' ' | sed 's/;/;\n/g' |
   grep -q "name='$f')" "$src/fortran/attn_capi.f90" || missing="$missing $f"
 done
 if [ -z "$missing" ]; then
-  echo "ok 2 - every public function of attn/attn.h has a Fortran interface"
+  echo "ok 2 - every public function (but attn/ring.h's) has a Fortran interface"
 else
   echo "not ok 2 - no Fortran interface for:$missing (rerun scripts/gen_fortran.py)"; rc=1
 fi
