@@ -3,7 +3,7 @@
 ! include/attn/status.h, include/attn/view.h, include/attn/gemm.h,
 ! include/attn/kernels.h, include/attn/layers.h, include/attn/posenc.h,
 ! include/attn/init.h, include/attn/diag.h.
-! Not bound: attn/ring.h (needs <mpi.h>; docs/fortran.md).
+! Not bound here: attn/ring.h (needs <mpi.h>: module attn_mpi).
 ! Do not edit: change the header and rerun the script (the suite checks).
 !
 ! attn_capi: the C API of attn through ISO_C_BINDING: every constant, struct and

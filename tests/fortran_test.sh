@@ -2,13 +2,16 @@
 # SPDX-License-Identifier: MIT
 # The Fortran module attn (docs/fortran.md), TAP:
 #   1 fortran/attn_capi.f90 and the layout programs equal a fresh scripts/gen_fortran.py
-#   2 every public function has its interface, but those of MPI headers (no Python)
-#   3 every bind(c) type has C's size and field offsets (tests/fortran_abi.{c,f90})
+#   2 every public function has its interface (no Python): attn_capi's with the C name,
+#     attn_mpi's (headers that need <mpi.h>) through the MPI_Fint shim <name>_fint
+#   3 every bind(c) type has C's size, field offsets and field sizes
+#     (tests/fortran_abi.{c,f90}, and tests/fortran_abi_mpi.{c,f90} with MPI)
 #   4-6 installed into a temporary prefix, examples/fortran/sdpa.f90 builds with
 #       gfortran $(pkg-config --cflags --libs attn-fortran), shared and --static, and runs
 #   7 the ```fortran program of docs/fortran.md builds and runs the same way
 # usage: fortran_test.sh <src> <fortran_abi_c exe|none> <fortran_abi_f exe|none>
-src="$1"; abi_c="$2"; abi_f="$3"
+#                        [<fortran_abi_mpi_c exe> <fortran_abi_mpi_f exe>]
+src="$1"; abi_c="$2"; abi_f="$3"; abi_mc="${4:-none}"; abi_mf="${5:-none}"
 . "$src/tests/install_util.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "1..7"
@@ -22,17 +25,25 @@ else
   sed 's/^/# /' "$tmp/gen"; echo "not ok 1 - generated Fortran files are stale"; rc=1
 fi
 
-# the public headers, but those that need <mpi.h> (not bound: docs/fortran.md)
-headers=$(for h in "$src"/include/attn/*.h "$src"/include/attn/*.h.in; do
-            [ -e "$h" ] && ! grep -q '#include <mpi.h>' "$h" && echo "$h"
-          done)
-missing=""
-for f in $(cat $headers | tr '\n' ' ' | sed 's/;/;\n/g' |
-           sed -n 's/.*ATTN_API[^(]*[ *]\(attn_[a-z0-9_]*\) *(.*/\1/p' | grep -v '^attn__' | sort -u); do
-  grep -q "name='$f')" "$src/fortran/attn_capi.f90" || missing="$missing $f"
+funcs() { cat "$@" | tr '\n' ' ' | sed 's/;/;\n/g' |
+           sed -n 's/.*ATTN_API[^(]*[ *]\(attn_[a-z0-9_]*\) *(.*/\1/p' | grep -v '^attn__' | sort -u; }
+plain=""; mpi=""
+for h in "$src"/include/attn/*.h "$src"/include/attn/*.h.in; do
+  [ -e "$h" ] || continue
+  if grep -q '#include <mpi.h>' "$h"; then mpi="$mpi $h"; else plain="$plain $h"; fi
 done
+missing=""; n=0
+for f in $(funcs $plain); do
+  n=$((n + 1)); grep -q "name='$f')" "$src/fortran/attn_capi.f90" || missing="$missing $f"
+done
+if [ -n "$mpi" ]; then
+  for f in $(funcs $mpi); do
+    n=$((n + 1))
+    grep -Eq "name='${f}(_fint)?'\)" "$src/fortran/attn_mpi.f90" || missing="$missing $f"
+  done
+fi
 if [ -z "$missing" ]; then
-  echo "ok 2 - every public function (but attn/ring.h's) has a Fortran interface"
+  echo "ok 2 - all $n public functions have a Fortran interface"
 else
   echo "not ok 2 - no Fortran interface for:$missing (rerun scripts/gen_fortran.py)"; rc=1
 fi
@@ -40,6 +51,7 @@ fi
 if [ "$abi_c" = none ] || [ "$abi_f" = none ]; then
   echo "ok 3 - bind(c) layouts # SKIP attn was configured without Fortran (-Dfortran)"
 elif "$abi_c" >"$tmp/c.txt" 2>&1 && "$abi_f" >"$tmp/f.txt" 2>&1 &&
+     { [ "$abi_mc" = none ] || { "$abi_mc" >>"$tmp/c.txt" 2>&1 && "$abi_mf" >>"$tmp/f.txt" 2>&1; }; } &&
      [ -s "$tmp/c.txt" ] && diff "$tmp/c.txt" "$tmp/f.txt" >"$tmp/diff"; then
   echo "ok 3 - $(grep -c '\.' "$tmp/c.txt") field offsets and $(grep -vc '\.' "$tmp/c.txt") sizes agree with C"
 else

@@ -52,7 +52,7 @@ else
 fi
 if DESTDIR="$tmp/dest" meson install -C "$p/build" >"$tmp/log" 2>&1; then
   (cd "$tmp/dest" && find . -type f -o -type l) | sort >"$tmp/files"
-  extra=$(grep -vE '/include/attn/[a-z0-9_]+\.h$|/include/attn/fortran/[^/]+/[a-z0-9_]+\.mod$|/lib[^/]*(/[^/]+)?/libattn(_mpi|_fortran)?\.(a|so[.0-9]*)$|/pkgconfig/attn(-mpi|-fortran)?\.pc$' "$tmp/files" | tr '\n' ' ')
+  extra=$(grep -vE '/include/attn/[a-z0-9_]+\.h$|/include/attn/fortran/[^/]+/[a-z0-9_]+\.mod$|/lib[^/]*(/[^/]+)?/libattn(_mpi|_fortran|_fortran_mpi)?\.(a|so[.0-9]*)$|/pkgconfig/attn(-mpi|-fortran|-fortran-mpi)?\.pc$' "$tmp/files" | tr '\n' ' ')
   if [ -z "$extra" ] && grep -q '/attn\.pc$' "$tmp/files" && grep -q '/attn/attn\.h$' "$tmp/files"; then
     echo "ok 5 - meson install: $(wc -l <"$tmp/files") files, only attn's libraries, headers, modules and .pc files"
   else
