@@ -1,0 +1,918 @@
+/* SPDX-License-Identifier: MIT */
+/* The decoder block (nn.TransformerDecoderLayer): whole-sequence forward and backward, cached steps. */
+#include <math.h>
+#include <string.h>
+
+#include "layers/decode_internal.h"
+
+static const attn_sdpa_opts no_sdpa_opts;
+static const attn_step_opts no_step_opts;
+static char dummy[64] __attribute__((aligned(64)));
+
+/* ---- config, parameters ------------------------------------------------------- */
+
+static bool has_cross(const attn_decoder_config *c) { return c->cross.heads != 0; }
+
+attn_status attn_decoder_config_resolve(const attn_decoder_config *cfg,
+                                        attn_decoder_config *out) {
+    if (!cfg || !out)
+        return ATTN_EINVAL;
+    attn_decoder_config c = *cfg;
+    ATTN_TRY(attn_mha_config_resolve(&cfg->self_attn, &c.self_attn));
+    if (c.self_attn.d_kv != c.self_attn.d_model)
+        return ATTN_EINVAL;
+    if (has_cross(cfg)) {
+        if (cfg->cross.d_kv == 0 && cfg->cross.d_model == c.self_attn.d_model)
+            c.cross.d_kv = c.self_attn.d_model;
+        ATTN_TRY(attn_mha_config_resolve(&c.cross, &c.cross));
+        if (c.cross.dtype != c.self_attn.dtype || c.cross.d_model != c.self_attn.d_model)
+            return ATTN_EINVAL;
+    } else {
+        memset(&c.cross, 0, sizeof c.cross);
+    }
+    ATTN_TRY(attn_ffn_config_resolve(&cfg->ffn, &c.ffn));
+    if (c.ffn.dtype != c.self_attn.dtype || c.ffn.d_model != c.self_attn.d_model)
+        return ATTN_EINVAL;
+    if (!(c.eps >= 0.0) || !isfinite(c.eps) || (unsigned)c.norm > ATTN_POST_NORM)
+        return ATTN_EINVAL;
+    if (c.eps == 0.0)
+        c.eps = 1e-5;
+    ATTN_TRY(attn__rope_check(&c.rope, c.self_attn.d_head));
+    *out = c;
+    return ATTN_OK;
+}
+
+static size_t ln_bytes(const attn_decoder_config *c) {
+    size_t one = attn__align64(attn_dtype_size(c->self_attn.dtype) * (size_t)c->self_attn.d_model);
+    return c->ln_affine ? 2 * one : 0;
+}
+
+size_t attn_decoder_params_size(const attn_decoder_config *cfg) {
+    attn_decoder_config c;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+        return 0;
+    size_t n = ln_bytes(&c) * (has_cross(&c) ? 3 : 2) + attn_mha_params_size(&c.self_attn) +
+               attn_ffn_params_size(&c.ffn);
+    return has_cross(&c) ? n + attn_mha_params_size(&c.cross) : n;
+}
+
+int64_t attn_decoder_param_count(const attn_decoder_config *cfg) {
+    attn_decoder_config c;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+        return -1;
+    int64_t n = (c.ln_affine ? 2 * c.self_attn.d_model * (has_cross(&c) ? 3 : 2) : 0) +
+                attn_mha_param_count(&c.self_attn) + attn_ffn_param_count(&c.ffn);
+    return has_cross(&c) ? n + attn_mha_param_count(&c.cross) : n;
+}
+
+/* LayerNorm gamma and beta (C) at *p, advancing it (nothing without ln_affine). */
+static void bind_ln(const attn_decoder_config *c, char **p, attn_view *g, attn_view *b) {
+    memset(g, 0, sizeof *g);
+    memset(b, 0, sizeof *b);
+    if (!c->ln_affine)
+        return;
+    int64_t C = c->self_attn.d_model;
+    size_t one = attn__align64(attn_dtype_size(c->self_attn.dtype) * (size_t)C);
+    attn_view_init(g, c->self_attn.dtype, *p, 1, &C);
+    attn_view_init(b, c->self_attn.dtype, *p + one, 1, &C);
+    *p += 2 * one;
+}
+
+attn_status attn_decoder_params_bind(attn_decoder_params *p, const attn_decoder_config *cfg,
+                                     void *slab, size_t slab_size) {
+    attn_decoder_config c;
+    if (!p)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn_decoder_config_resolve(cfg, &c));
+    if (!slab || ((uintptr_t)slab & 63u))
+        return ATTN_EINVAL;
+    if (slab_size < attn_decoder_params_size(&c))
+        return ATTN_EWORKSPACE;
+    attn_decoder_params r;
+    memset(&r, 0, sizeof r);
+    char *q = slab;
+    bind_ln(&c, &q, &r.ln1_g, &r.ln1_b);
+    size_t n = attn_mha_params_size(&c.self_attn);
+    ATTN_TRY(attn_mha_params_bind(&r.self_attn, &c.self_attn, q, n));
+    q += n;
+    if (has_cross(&c)) {
+        bind_ln(&c, &q, &r.ln2_g, &r.ln2_b);
+        n = attn_mha_params_size(&c.cross);
+        ATTN_TRY(attn_mha_params_bind(&r.cross, &c.cross, q, n));
+        q += n;
+    }
+    bind_ln(&c, &q, &r.ln3_g, &r.ln3_b);
+    ATTN_TRY(attn_ffn_params_bind(&r.ffn, &c.ffn, q, attn_ffn_params_size(&c.ffn)));
+    *p = r;
+    return ATTN_OK;
+}
+
+/* Every parameter view cfg uses: present, right dtype and shape. */
+static attn_status check_params(const attn_decoder_config *c, const attn_decoder_params *p) {
+    if (!p)
+        return ATTN_EINVAL;
+    attn_dtype dt = c->self_attn.dtype;
+    int64_t C = c->self_attn.d_model, F = c->ffn.d_ff;
+    if (c->ln_affine) {
+        const attn_view *v[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
+        for (int i = 0; i < 6; ++i)
+            if (i / 2 != 1 || has_cross(c))
+                ATTN_TRY(attn__want(v[i], dt, 1, &C));
+    }
+    ATTN_TRY(attn__dec_check_mha(&c->self_attn, &p->self_attn));
+    if (has_cross(c))
+        ATTN_TRY(attn__dec_check_mha(&c->cross, &p->cross));
+    ATTN_TRY(attn__want(&p->ffn.w1, dt, 2, (int64_t[]){C, F}));
+    ATTN_TRY(attn__want(&p->ffn.w2, dt, 2, (int64_t[]){F, C}));
+    if (c->ffn.bias) {
+        ATTN_TRY(attn__want(&p->ffn.b1, dt, 1, &F));
+        ATTN_TRY(attn__want(&p->ffn.b2, dt, 1, &C));
+    }
+    return ATTN_OK;
+}
+
+/* The parameter (or gradient) views cfg uses, appended to l[n..]. */
+static int param_views(const attn_decoder_config *c, const attn_decoder_params *p,
+                       const attn_view **l, int n) {
+    if (!p)
+        return n;
+    if (c->ln_affine) {
+        l[n++] = &p->ln1_g, l[n++] = &p->ln1_b, l[n++] = &p->ln3_g, l[n++] = &p->ln3_b;
+        if (has_cross(c))
+            l[n++] = &p->ln2_g, l[n++] = &p->ln2_b;
+    }
+    n = attn__dec_mha_views(&c->self_attn, &p->self_attn, l, n);
+    if (has_cross(c))
+        n = attn__dec_mha_views(&c->cross, &p->cross, l, n);
+    l[n++] = &p->ffn.w1, l[n++] = &p->ffn.w2;
+    if (c->ffn.bias)
+        l[n++] = &p->ffn.b1, l[n++] = &p->ffn.b2;
+    return n;
+}
+
+/* Shape-only parameters over a dummy pointer, for the workspace queries. */
+static void shape_params(const attn_decoder_config *c, attn_decoder_params *p) {
+    memset(p, 0, sizeof *p);
+    attn_dtype dt = c->self_attn.dtype;
+    int64_t C = c->self_attn.d_model, F = c->ffn.d_ff;
+    attn_view *ln[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
+    for (int i = 0; i < 6; ++i)
+        attn_view_init(ln[i], dt, dummy, 1, &C);
+    const attn_mha_config *mc[2] = {&c->self_attn, &c->cross};
+    attn_mha_params *mp[2] = {&p->self_attn, &p->cross};
+    for (int i = 0; i < (has_cross(c) ? 2 : 1); ++i) {
+        int64_t hd = mc[i]->heads * mc[i]->d_head, kd = mc[i]->kv_heads * mc[i]->d_head;
+        attn_view_init(&mp[i]->wq, dt, dummy, 2, (int64_t[]){mc[i]->d_model, hd});
+        attn_view_init(&mp[i]->wk, dt, dummy, 2, (int64_t[]){mc[i]->d_kv, kd});
+        attn_view_init(&mp[i]->wv, dt, dummy, 2, (int64_t[]){mc[i]->d_kv, kd});
+        attn_view_init(&mp[i]->wo, dt, dummy, 2, (int64_t[]){hd, mc[i]->d_model});
+        attn_view_init(&mp[i]->bq, dt, dummy, 1, &hd);
+        attn_view_init(&mp[i]->bk, dt, dummy, 1, &kd);
+        attn_view_init(&mp[i]->bv, dt, dummy, 1, &kd);
+        attn_view_init(&mp[i]->bo, dt, dummy, 1, &C);
+    }
+    attn_view_init(&p->ffn.w1, dt, dummy, 2, (int64_t[]){C, F});
+    attn_view_init(&p->ffn.w2, dt, dummy, 2, (int64_t[]){F, C});
+    attn_view_init(&p->ffn.b1, dt, dummy, 1, &F);
+    attn_view_init(&p->ffn.b2, dt, dummy, 1, &C);
+}
+
+/* ---- what the forward saves --------------------------------------------------- */
+
+enum { NSAVED = 24 };
+
+/* Shapes of the saved views, in struct order; absent ones (no cross) have ndim 0. */
+static void saved_shapes(const attn_decoder_config *c, int64_t B, int64_t T, int64_t S,
+                         int64_t sh[NSAVED][3], int nd[NSAVED]) {
+    int64_t C = c->self_attn.d_model, HD = c->self_attn.heads * c->self_attn.d_head;
+    int64_t KD = c->self_attn.kv_heads * c->self_attn.d_head;
+    int64_t HC = c->cross.heads * c->cross.d_head, KC = c->cross.kv_heads * c->cross.d_head;
+    bool x = has_cross(c);
+    int64_t s[NSAVED][3] = {{B, T, C},  {B, T, C}, {B, T, C}, {B, T, C},  {B, T, C},
+                            {B, T, C},  {B, T, 0}, {B, T, 0}, {B, T, 0},  {B, T, 0},
+                            {B, T, 0},  {B, T, 0}, {B, T, HD}, {B, T, KD}, {B, T, KD},
+                            {B, T, HD}, {B, c->self_attn.heads, T},
+                            {B, T, HC}, {B, S, KC}, {B, S, KC}, {B, T, HC},
+                            {B, c->cross.heads, T}, {B, T, c->ffn.d_ff}, {B, T, c->ffn.d_ff}};
+    memcpy(sh, s, sizeof s);
+    for (int i = 0; i < NSAVED; ++i)
+        nd[i] = (i >= 6 && i < 12) ? 2 : 3;
+    if (!x) { /* block 1's LayerNorm and the cross-attention views */
+        int skip[] = {1, 4, 7, 10, 17, 18, 19, 20, 21};
+        for (size_t i = 0; i < sizeof skip / sizeof *skip; ++i)
+            nd[skip[i]] = 0;
+    }
+}
+
+static attn_view *saved_slot(attn_decoder_saved *s, int i) {
+    attn_view *v[NSAVED] = {&s->ln_in[0], &s->ln_in[1], &s->ln_in[2], &s->ln_out[0],
+                            &s->ln_out[1], &s->ln_out[2], &s->mean[0], &s->mean[1],
+                            &s->mean[2], &s->rstd[0], &s->rstd[1], &s->rstd[2], &s->sq, &s->sk,
+                            &s->sv, &s->sconcat, &s->slse, &s->cq, &s->ck, &s->cv, &s->cconcat,
+                            &s->clse, &s->hid_pre, &s->hid};
+    return v[i];
+}
+
+static bool saved_bytes(const attn_decoder_config *c, int64_t sh[NSAVED][3], int nd[NSAVED],
+                        size_t *total) {
+    size_t t = 0;
+    for (int i = 0; i < NSAVED; ++i) {
+        if (!nd[i])
+            continue;
+        size_t b = attn_dtype_size(c->self_attn.dtype);
+        for (int k = 0; k < nd[i]; ++k)
+            if (!attn__mul_sz(b, (size_t)sh[i][k], &b))
+                return false;
+        if (b > SIZE_MAX / 4 || !attn__add_sz(t, attn__align64(b), &t))
+            return false;
+    }
+    *total = t;
+    return true;
+}
+
+size_t attn_decoder_saved_size(const attn_decoder_config *cfg, int64_t B, int64_t T,
+                               int64_t S) {
+    attn_decoder_config c;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || B < 1 || T < 1 ||
+        (has_cross(&c) && S < 1))
+        return 0;
+    int64_t sh[NSAVED][3];
+    int nd[NSAVED];
+    size_t n;
+    saved_shapes(&c, B, T, has_cross(&c) ? S : 1, sh, nd);
+    return saved_bytes(&c, sh, nd, &n) ? n : 0;
+}
+
+attn_status attn_decoder_saved_bind(attn_decoder_saved *saved, const attn_decoder_config *cfg,
+                                    int64_t B, int64_t T, int64_t S, void *slab,
+                                    size_t slab_size) {
+    attn_decoder_config c;
+    if (!saved)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn_decoder_config_resolve(cfg, &c));
+    if (B < 1 || T < 1 || (has_cross(&c) && S < 1) || !slab || ((uintptr_t)slab & 63u))
+        return ATTN_EINVAL;
+    int64_t sh[NSAVED][3];
+    int nd[NSAVED];
+    size_t need;
+    saved_shapes(&c, B, T, has_cross(&c) ? S : 1, sh, nd);
+    if (!saved_bytes(&c, sh, nd, &need))
+        return ATTN_ERANGE;
+    if (slab_size < need)
+        return ATTN_EWORKSPACE;
+    attn_decoder_saved r;
+    memset(&r, 0, sizeof r);
+    char *p = slab;
+    for (int i = 0; i < NSAVED; ++i) {
+        if (!nd[i])
+            continue;
+        attn_view *v = saved_slot(&r, i);
+        ATTN_TRY(attn_view_init(v, c.self_attn.dtype, p, nd[i], sh[i]));
+        p += attn__align64((size_t)attn_view_numel(v) * attn_dtype_size(c.self_attn.dtype));
+    }
+    *saved = r;
+    return ATTN_OK;
+}
+
+/* The saved views are those bind makes for (B, T, S). */
+static attn_status check_saved(const attn_decoder_config *c, const attn_decoder_saved *s,
+                               int64_t B, int64_t T, int64_t S) {
+    int64_t sh[NSAVED][3];
+    int nd[NSAVED];
+    saved_shapes(c, B, T, S, sh, nd);
+    for (int i = 0; i < NSAVED; ++i)
+        if (nd[i])
+            ATTN_TRY(attn__want(saved_slot((attn_decoder_saved *)s, i), c->self_attn.dtype, nd[i],
+                                sh[i]));
+    return ATTN_OK;
+}
+
+static int saved_views(const attn_decoder_config *c, const attn_decoder_saved *s,
+                       const attn_view **l, int n) {
+    if (!s)
+        return n;
+    int64_t sh[NSAVED][3];
+    int nd[NSAVED];
+    saved_shapes(c, 1, 1, 1, sh, nd);
+    for (int i = 0; i < NSAVED; ++i)
+        if (nd[i])
+            l[n++] = saved_slot((attn_decoder_saved *)s, i);
+    return n;
+}
+
+/* ---- the sub-blocks ------------------------------------------------------------ */
+
+/* The saved views of one attention (NULL when not saving). */
+typedef struct att_save {
+    const attn_view *q, *k, *v, *concat, *lse;
+} att_save;
+
+/*
+ * out = concat_h(sdpa(RoPE(xq Wq + bq), RoPE(xkv Wk + bk), xkv Wv + bv)) Wo + bo
+ * (RoPE at positions 0.. when rope is on).
+ */
+static attn_status att_fwd(const attn_mha_config *c, const attn_mha_params *p,
+                           const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *opts,
+                           const attn_rope_config *rope, attn_view *out, att_save sv,
+                           dplan *pl) {
+    attn_dtype dt = c->dtype;
+    int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
+    int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
+    attn_view Q = sv.q ? *sv.q : dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
+    attn_view K = sv.k ? *sv.k : dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
+    attn_view V = sv.v ? *sv.v : dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
+    attn_view O = sv.concat ? *sv.concat : dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
+    ATTN_TRY(dlin(pl, xq, &p->wq, c->bias ? &p->bq : NULL, &Q));
+    ATTN_TRY(dlin(pl, xkv, &p->wk, c->bias ? &p->bk : NULL, &K));
+    ATTN_TRY(dlin(pl, xkv, &p->wv, c->bias ? &p->bv : NULL, &V));
+    attn_view Qh, Kh, Vh, Oh;
+    ATTN_TRY(attn__heads_of(&Q, c->d_head, &Qh));
+    ATTN_TRY(attn__heads_of(&K, c->d_head, &Kh));
+    ATTN_TRY(attn__heads_of(&V, c->d_head, &Vh));
+    ATTN_TRY(attn__heads_of(&O, c->d_head, &Oh));
+    if (rope && rope->on) {
+        DRUN(attn_rope(rope->style, rope->base, 0, &Qh));
+        DRUN(attn_rope(rope->style, rope->base, 0, &Kh));
+    }
+    attn_sdpa_opts o = *opts;
+    o.weights = NULL;
+    o.lse = (attn_view *)sv.lse;
+    if (pl->counting)
+        dplan_inner(pl, attn_sdpa_workspace_size(&Qh, &Kh, &Vh, &o));
+    else
+        ATTN_TRY(attn_sdpa(&Qh, &Kh, &Vh, &o, &Oh, dplan_ibase(pl), dplan_isize(pl)));
+    return dlin(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out);
+}
+
+/* Backward of att_fwd from its saved q, k, v, concat, lse; accumulates dxq, dxkv, g. */
+static attn_status att_bwd(const attn_mha_config *c, const attn_mha_params *p,
+                           const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *opts,
+                           const attn_rope_config *rope, att_save sv, const attn_view *dout,
+                           attn_view *dxq, attn_view *dxkv, attn_mha_params *g, dplan *pl) {
+    attn_dtype dt = c->dtype;
+    int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
+    int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
+    attn_view dQ = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
+    attn_view dK = dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
+    attn_view dV = dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
+    attn_view dO = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
+    ATTN_TRY(dlin_back(pl, sv.concat, &p->wo, dout, &dO, g ? &g->wo : NULL,
+                       g && c->bias ? &g->bo : NULL));
+    attn_view Qh, Kh, Vh, Oh, dQh, dKh, dVh, dOh;
+    ATTN_TRY(attn__heads_of(sv.q, c->d_head, &Qh));
+    ATTN_TRY(attn__heads_of(sv.k, c->d_head, &Kh));
+    ATTN_TRY(attn__heads_of(sv.v, c->d_head, &Vh));
+    ATTN_TRY(attn__heads_of(sv.concat, c->d_head, &Oh));
+    ATTN_TRY(attn__heads_of(&dQ, c->d_head, &dQh));
+    ATTN_TRY(attn__heads_of(&dK, c->d_head, &dKh));
+    ATTN_TRY(attn__heads_of(&dV, c->d_head, &dVh));
+    ATTN_TRY(attn__heads_of(&dO, c->d_head, &dOh));
+    attn_sdpa_opts o = *opts;
+    o.weights = NULL;
+    o.lse = NULL;
+    if (pl->counting)
+        dplan_inner(pl, attn_sdpa_backward_workspace_size(&Qh, &Kh, &Vh, &o));
+    else
+        ATTN_TRY(attn_sdpa_backward(&Qh, &Kh, &Vh, &o, &Oh, sv.lse, &dOh, &dQh, &dKh, &dVh,
+                                    dplan_ibase(pl), dplan_isize(pl)));
+    if (rope && rope->on) { /* through the rotation: rotate the gradients back */
+        DRUN(attn_rope_backward(rope->style, rope->base, 0, &dQh));
+        DRUN(attn_rope_backward(rope->style, rope->base, 0, &dKh));
+    }
+    ATTN_TRY(dlin_back(pl, xq, &p->wq, &dQ, dxq, g ? &g->wq : NULL, g && c->bias ? &g->bq : NULL));
+    ATTN_TRY(dlin_back(pl, xkv, &p->wk, &dK, dxkv, g ? &g->wk : NULL,
+                       g && c->bias ? &g->bk : NULL));
+    return dlin_back(pl, xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL, g && c->bias ? &g->bv : NULL);
+}
+
+/* out = act(a W1 + b1) W2 + b2, saving the hidden layer (pre and post activation). */
+static attn_status ffn_fwd(const attn_ffn_config *c, const attn_ffn_params *p,
+                           const attn_view *a, attn_view *out, const attn_view *spre,
+                           const attn_view *shid, dplan *pl) {
+    int64_t sh[3] = {a->shape[0], a->shape[1], c->d_ff};
+    attn_view pre = spre ? *spre : dplan_view(pl, c->dtype, 3, sh, false);
+    attn_view hid = shid ? *shid : pre; /* without saving, the activation runs in place */
+    ATTN_TRY(dlin(pl, a, &p->w1, c->bias ? &p->b1 : NULL, &pre));
+    DRUN(attn_activation(c->act, &pre, &hid));
+    return dlin(pl, &hid, &p->w2, c->bias ? &p->b2 : NULL, out);
+}
+
+static attn_status ffn_bwd(const attn_ffn_config *c, const attn_ffn_params *p,
+                           const attn_view *a, const attn_view *pre, const attn_view *hid,
+                           const attn_view *dout, attn_view *da, attn_ffn_params *g, dplan *pl) {
+    int64_t sh[3] = {a->shape[0], a->shape[1], c->d_ff};
+    attn_view dh = dplan_view(pl, c->dtype, 3, sh, true);
+    attn_view dpre = dplan_view(pl, c->dtype, 3, sh, true);
+    ATTN_TRY(dlin_back(pl, hid, &p->w2, dout, &dh, g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
+    DRUN(attn_activation_backward(c->act, pre, &dh, &dpre));
+    return dlin_back(pl, a, &p->w1, &dpre, da, g ? &g->w1 : NULL, g && c->bias ? &g->b1 : NULL);
+}
+
+/* LayerNorm i's gamma and beta (NULL without ln_affine or without the struct). */
+static const attn_view *ln_g(const attn_decoder_config *c, const attn_decoder_params *p, int i) {
+    const attn_view *v[3] = {&p->ln1_g, &p->ln2_g, &p->ln3_g};
+    return p && c->ln_affine ? v[i] : NULL;
+}
+static const attn_view *ln_b(const attn_decoder_config *c, const attn_decoder_params *p, int i) {
+    const attn_view *v[3] = {&p->ln1_b, &p->ln2_b, &p->ln3_b};
+    return p && c->ln_affine ? v[i] : NULL;
+}
+
+/* ---- the whole-sequence forward ----------------------------------------------- */
+
+typedef struct dec_args {
+    const attn_decoder_config *c;
+    const attn_decoder_params *p;
+    const attn_view *x, *m;
+    const attn_sdpa_opts *so, *co;
+} dec_args;
+
+/* Sub-block blk (0 self-attention, 1 cross-attention, 2 FFN) of input a into h. */
+static attn_status sub_fwd(const dec_args *d, int blk, const attn_view *a, attn_view *h,
+                           const attn_decoder_saved *sv, dplan *pl) {
+    const attn_decoder_config *c = d->c;
+    if (blk == 0) {
+        att_save s = sv ? (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse}
+                        : (att_save){0};
+        return att_fwd(&c->self_attn, &d->p->self_attn, a, a, d->so, &c->rope, h, s, pl);
+    }
+    if (blk == 1) {
+        att_save s = sv ? (att_save){&sv->cq, &sv->ck, &sv->cv, &sv->cconcat, &sv->clse}
+                        : (att_save){0};
+        return att_fwd(&c->cross, &d->p->cross, a, d->m, d->co, NULL, h, s, pl);
+    }
+    return ffn_fwd(&c->ffn, &d->p->ffn, a, h, sv ? &sv->hid_pre : NULL, sv ? &sv->hid : NULL, pl);
+}
+
+static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decoder_saved *sv,
+                            dplan *pl) {
+    const attn_decoder_config *c = d->c;
+    attn_dtype dt = c->self_attn.dtype;
+    const attn_view *x = d->x;
+    attn_view cur = *x;
+    int last = 2;
+    for (int blk = 0; blk < 3; ++blk) {
+        if (blk == 1 && !has_cross(c))
+            continue;
+        attn_view h = dplan_view(pl, dt, 3, x->shape, false);
+        attn_view *mean = sv ? (attn_view *)&sv->mean[blk] : NULL;
+        attn_view *rstd = sv ? (attn_view *)&sv->rstd[blk] : NULL;
+        if (c->norm == ATTN_PRE_NORM) {
+            /* cur := cur + sub(LN(cur)) */
+            attn_view lin = cur;
+            if (sv) {
+                lin = sv->ln_in[blk];
+                DRUN(attn_view_copy(&cur, &lin));
+            }
+            attn_view a = sv ? sv->ln_out[blk] : dplan_view(pl, dt, 3, x->shape, false);
+            DRUN(attn_layernorm(c->eps, &lin, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &a, mean,
+                                rstd));
+            ATTN_TRY(sub_fwd(d, blk, &a, &h, sv, pl));
+            attn_view nxt = blk == last ? *out : dplan_view(pl, dt, 3, x->shape, false);
+            DRUN(attn_add(&lin, &h, &nxt));
+            cur = nxt;
+        } else {
+            /* cur := LN(cur + sub(cur)) */
+            ATTN_TRY(sub_fwd(d, blk, &cur, &h, sv, pl));
+            attn_view sum = sv ? sv->ln_in[blk] : dplan_view(pl, dt, 3, x->shape, false);
+            DRUN(attn_add(&cur, &h, &sum));
+            attn_view lout = blk == last ? *out
+                             : sv    ? sv->ln_out[blk]
+                                     : dplan_view(pl, dt, 3, x->shape, false);
+            DRUN(attn_layernorm(c->eps, &sum, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &lout,
+                                mean, rstd));
+            if (blk == last && sv)
+                DRUN(attn_view_copy(out, (attn_view *)&sv->ln_out[blk]));
+            cur = lout;
+        }
+    }
+    return ATTN_OK;
+}
+
+/* The checks of forward, backward and the queries: everything but outputs and aliasing. */
+static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                               const attn_view *x, const attn_view *m, const attn_sdpa_opts **so,
+                               const attn_sdpa_opts **co, attn_decoder_config *c) {
+    ATTN_TRY(attn_decoder_config_resolve(cfg, c));
+    ATTN_TRY(check_params(c, p));
+    if (!x)
+        return ATTN_EINVAL;
+    if (has_cross(c) != (m != NULL))
+        return ATTN_EINVAL;
+    attn_dtype dt = c->self_attn.dtype;
+    ATTN_TRY(attn_view_check(x));
+    if (x->dtype != dt)
+        return ATTN_EDTYPE;
+    if (x->ndim != 3 || x->shape[2] != c->self_attn.d_model || x->shape[0] < 1 || x->shape[1] < 1)
+        return ATTN_ESHAPE;
+    if (m) {
+        ATTN_TRY(attn_view_check(m));
+        if (m->dtype != dt)
+            return ATTN_EDTYPE;
+        if (m->ndim != 3 || m->shape[0] != x->shape[0] || m->shape[2] != c->cross.d_kv ||
+            m->shape[1] < 1)
+            return ATTN_ESHAPE;
+    }
+    *so = *so ? *so : &no_sdpa_opts;
+    *co = *co ? *co : &no_sdpa_opts;
+    if ((*so)->weights || (*so)->lse || (*co)->weights || (*co)->lse)
+        return ATTN_EINVAL;
+    /* the attention options, against the shapes of the queries and keys they will see */
+    int64_t B = x->shape[0], T = x->shape[1];
+    attn_view q, k;
+    attn_view_init(&q, dt, dummy, 4, (int64_t[]){B, c->self_attn.heads, T, c->self_attn.d_head});
+    attn_view_init(&k, dt, dummy, 4, (int64_t[]){B, c->self_attn.kv_heads, T, c->self_attn.d_head});
+    attn__sdpa_plan sp;
+    for (int64_t b = 0; (*so)->kv_len && b < B; ++b)
+        if ((*so)->kv_len[b] < 0 || (*so)->kv_len[b] > T)
+            return ATTN_ERANGE; /* as attn_mha_forward */
+    for (int64_t b = 0; m && (*co)->kv_len && b < B; ++b)
+        if ((*co)->kv_len[b] < 0 || (*co)->kv_len[b] > m->shape[1])
+            return ATTN_ERANGE;
+    ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *so, false, &sp));
+    if (m) {
+        attn_view_init(&q, dt, dummy, 4, (int64_t[]){B, c->cross.heads, T, c->cross.d_head});
+        attn_view_init(&k, dt, dummy, 4,
+                       (int64_t[]){B, c->cross.kv_heads, m->shape[1], c->cross.d_head});
+        ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *co, false, &sp));
+    }
+    return ATTN_OK;
+}
+
+size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
+                                   const attn_view *memory, const attn_sdpa_opts *self_opts,
+                                   const attn_sdpa_opts *cross_opts) {
+    attn_decoder_config c;
+    attn_decoder_params p;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+        return 0;
+    shape_params(&c, &p);
+    if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
+        return 0;
+    attn_view out;
+    attn_view_init(&out, c.self_attn.dtype, dummy, 3, x->shape);
+    dec_args d = {&c, &p, x, memory, self_opts, cross_opts};
+    dplan pl = {.counting = true};
+    return fwd_body(&d, &out, NULL, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
+}
+
+static attn_status fwd_run(const dec_args *d, attn_view *out, const attn_decoder_saved *sv,
+                           void *work, size_t work_size) {
+    DPLAN_RUN(fwd_body(d, out, sv, pl));
+}
+
+attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                                 const attn_view *x, const attn_view *memory,
+                                 const attn_sdpa_opts *self_opts,
+                                 const attn_sdpa_opts *cross_opts, attn_view *out,
+                                 const attn_decoder_saved *saved, void *work, size_t work_size) {
+    attn_decoder_config c;
+    ATTN_TRY(dec_prepare(cfg, p, x, memory, &self_opts, &cross_opts, &c));
+    ATTN_TRY(attn__want(out, c.self_attn.dtype, 3, x->shape));
+    int64_t S = memory ? memory->shape[1] : 1;
+    if (saved)
+        ATTN_TRY(check_saved(&c, saved, x->shape[0], x->shape[1], S));
+    const attn_view *outs[DEC_MAX_VIEWS] = {out};
+    const attn_view *ins[DEC_MAX_VIEWS] = {x, memory, self_opts->keep, self_opts->bias,
+                                           cross_opts->keep, cross_opts->bias};
+    ATTN_TRY(attn__dec_no_alias(outs, saved_views(&c, saved, outs, 1), ins,
+                                param_views(&c, p, ins, 6)));
+    dec_args d = {&c, p, x, memory, self_opts, cross_opts};
+    return fwd_run(&d, out, saved, work, work_size);
+}
+
+/* ---- the backward ---------------------------------------------------------------- */
+
+static attn_status sub_bwd(const dec_args *d, int blk, const attn_view *a,
+                           const attn_decoder_saved *sv, const attn_view *dh, attn_view *da,
+                           attn_view *dm, attn_decoder_params *g, dplan *pl) {
+    const attn_decoder_config *c = d->c;
+    if (blk == 0)
+        return att_bwd(&c->self_attn, &d->p->self_attn, a, a, d->so, &c->rope,
+                       (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse}, dh, da,
+                       da, g ? &g->self_attn : NULL, pl);
+    if (blk == 1)
+        return att_bwd(&c->cross, &d->p->cross, a, d->m, d->co, NULL,
+                       (att_save){&sv->cq, &sv->ck, &sv->cv, &sv->cconcat, &sv->clse}, dh, da,
+                       dm, g ? &g->cross : NULL, pl);
+    return ffn_bwd(&c->ffn, &d->p->ffn, a, &sv->hid_pre, &sv->hid, dh, da, g ? &g->ffn : NULL,
+                   pl);
+}
+
+static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
+                            const attn_view *dout, attn_view *dx, attn_view *dm,
+                            attn_decoder_params *g, dplan *pl) {
+    const attn_decoder_config *c = d->c;
+    attn_dtype dt = c->self_attn.dtype;
+    const int64_t *shp = d->x->shape;
+    attn_view dnext = *dout;
+    int first = 0;
+    attn_view *dg[3] = {g && c->ln_affine ? &g->ln1_g : NULL, g && c->ln_affine ? &g->ln2_g : NULL,
+                        g && c->ln_affine ? &g->ln3_g : NULL};
+    attn_view *db[3] = {g && c->ln_affine ? &g->ln1_b : NULL, g && c->ln_affine ? &g->ln2_b : NULL,
+                        g && c->ln_affine ? &g->ln3_b : NULL};
+    for (int blk = 2; blk >= 0; --blk) {
+        if (blk == 1 && !has_cross(c))
+            continue;
+        /* the gradient of this block's input: dx for the first block, when given */
+        attn_view dprev = blk == first && dx ? *dx : dplan_view(pl, dt, 3, shp, true);
+        if (c->norm == ATTN_PRE_NORM) {
+            /* next = in + sub(LN(in)) */
+            attn_view da = dplan_view(pl, dt, 3, shp, true);
+            DRUN(attn_add_backward(&dnext, &dprev, NULL));
+            ATTN_TRY(sub_bwd(d, blk, &sv->ln_out[blk], sv, &dnext, &da, dm, g, pl));
+            DRUN(attn_layernorm_backward(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
+                                         &sv->rstd[blk], &da, &dprev, dg[blk], db[blk]));
+        } else {
+            /* next = LN(in + sub(in)); in = x, ln_out[0], ln_out[1 or 0] */
+            attn_view dsum = dplan_view(pl, dt, 3, shp, true);
+            DRUN(attn_layernorm_backward(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
+                                         &sv->rstd[blk], &dnext, &dsum, dg[blk], db[blk]));
+            DRUN(attn_add_backward(&dsum, &dprev, NULL));
+            const attn_view *in = blk == 0 ? d->x
+                                  : blk == 1 || !has_cross(c) ? &sv->ln_out[0]
+                                                              : &sv->ln_out[1];
+            ATTN_TRY(sub_bwd(d, blk, in, sv, &dsum, &dprev, dm, g, pl));
+        }
+        dnext = dprev;
+    }
+    return ATTN_OK;
+}
+
+size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
+                                            const attn_view *memory,
+                                            const attn_sdpa_opts *self_opts,
+                                            const attn_sdpa_opts *cross_opts) {
+    attn_decoder_config c;
+    attn_decoder_params p;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+        return 0;
+    shape_params(&c, &p);
+    if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
+        return 0;
+    int64_t sh[NSAVED][3];
+    int nd[NSAVED];
+    saved_shapes(&c, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1, sh, nd);
+    attn_decoder_saved sv;
+    memset(&sv, 0, sizeof sv);
+    for (int i = 0; i < NSAVED; ++i)
+        if (nd[i])
+            attn_view_init(saved_slot(&sv, i), c.self_attn.dtype, dummy, nd[i], sh[i]);
+    attn_view dout;
+    attn_view_init(&dout, c.self_attn.dtype, dummy, 3, x->shape);
+    dec_args d = {&c, &p, x, memory, self_opts, cross_opts};
+    dplan pl = {.counting = true};
+    return bwd_body(&d, &sv, &dout, NULL, NULL, NULL, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
+}
+
+static attn_status bwd_run(const dec_args *d, const attn_decoder_saved *sv, const attn_view *dout,
+                           attn_view *dx, attn_view *dm, attn_decoder_params *g, void *work,
+                           size_t work_size) {
+    DPLAN_RUN(bwd_body(d, sv, dout, dx, dm, g, pl));
+}
+
+static attn_status check_grad(const attn_view *g, const attn_view *like) {
+    if (!g)
+        return ATTN_OK;
+    return attn__want(g, like->dtype, like->ndim, like->shape);
+}
+
+attn_status attn_decoder_backward(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                                  const attn_view *x, const attn_view *memory,
+                                  const attn_sdpa_opts *self_opts,
+                                  const attn_sdpa_opts *cross_opts,
+                                  const attn_decoder_saved *saved, const attn_view *dout,
+                                  attn_view *dx, attn_view *dmemory, attn_decoder_params *grads,
+                                  void *work, size_t work_size) {
+    attn_decoder_config c;
+    ATTN_TRY(dec_prepare(cfg, p, x, memory, &self_opts, &cross_opts, &c));
+    if (!saved)
+        return ATTN_EINVAL;
+    ATTN_TRY(check_saved(&c, saved, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1));
+    ATTN_TRY(attn__want(dout, c.self_attn.dtype, 3, x->shape));
+    ATTN_TRY(check_grad(dx, x));
+    if (memory)
+        ATTN_TRY(check_grad(dmemory, memory));
+    else if (dmemory)
+        return ATTN_EINVAL;
+    if (grads)
+        ATTN_TRY(check_params(&c, grads));
+    const attn_view *outs[DEC_MAX_VIEWS] = {dx, dmemory};
+    const attn_view *ins[DEC_MAX_VIEWS] = {x, memory, dout, self_opts->keep, self_opts->bias,
+                                           cross_opts->keep, cross_opts->bias};
+    int no = param_views(&c, grads, outs, 2);
+    int ni = saved_views(&c, saved, ins, param_views(&c, p, ins, 7));
+    ATTN_TRY(attn__dec_no_alias(outs, no, ins, ni));
+    dec_args d = {&c, p, x, memory, self_opts, cross_opts};
+    return bwd_run(&d, saved, dout, dx, dmemory, grads, work, work_size);
+}
+
+/* ---- the memory, projected once --------------------------------------------------- */
+
+static attn_status mem_prepare(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                               const attn_view *m, const int64_t *mem_len,
+                               const attn_kv_cache *mc, attn_decoder_config *c) {
+    ATTN_TRY(attn_decoder_config_resolve(cfg, c));
+    if (!has_cross(c) || !m || !mc || !p)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn__dec_check_mha(&c->cross, &p->cross));
+    ATTN_TRY(attn_kv_cache_check(mc, &c->cross));
+    ATTN_TRY(attn_view_check(m));
+    if (m->dtype != c->cross.dtype)
+        return ATTN_EDTYPE;
+    if (m->ndim != 3 || m->shape[0] != mc->k.shape[0] || m->shape[2] != c->cross.d_kv)
+        return ATTN_ESHAPE;
+    int64_t S = m->shape[1];
+    if (S > mc->k.shape[2])
+        return ATTN_ERANGE;
+    if (mem_len)
+        for (int64_t b = 0; b < m->shape[0]; ++b)
+            if (mem_len[b] < 0 || mem_len[b] > S)
+                return ATTN_EINVAL;
+    return ATTN_OK;
+}
+
+static attn_status mem_body(const attn_decoder_config *c, const attn_decoder_params *p,
+                            const attn_view *m, const int64_t *mem_len, const attn_kv_cache *mc,
+                            dplan *pl) {
+    const attn_mha_config *x = &c->cross;
+    int64_t B = m->shape[0], S = m->shape[1], KD = x->kv_heads * x->d_head;
+    attn_view K = dplan_view(pl, x->dtype, 3, (int64_t[]){B, S, KD}, false);
+    attn_view V = dplan_view(pl, x->dtype, 3, (int64_t[]){B, S, KD}, false);
+    ATTN_TRY(dlin(pl, m, &p->cross.wk, x->bias ? &p->cross.bk : NULL, &K));
+    ATTN_TRY(dlin(pl, m, &p->cross.wv, x->bias ? &p->cross.bv : NULL, &V));
+    if (pl->counting)
+        return ATTN_OK;
+    attn_view Kh, Vh, dk, dv;
+    ATTN_TRY(attn__heads_of(&K, x->d_head, &Kh));
+    ATTN_TRY(attn__heads_of(&V, x->d_head, &Vh));
+    ATTN_TRY(attn_view_slice(&mc->k, 2, 0, S, 1, &dk));
+    ATTN_TRY(attn_view_slice(&mc->v, 2, 0, S, 1, &dv));
+    ATTN_TRY(attn_view_copy(&Kh, &dk));
+    ATTN_TRY(attn_view_copy(&Vh, &dv));
+    for (int64_t b = 0; b < B; ++b)
+        mc->len[b] = mem_len ? mem_len[b] : S;
+    return ATTN_OK;
+}
+
+size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cfg,
+                                          const attn_view *memory, const attn_kv_cache *mem) {
+    attn_decoder_config c;
+    attn_decoder_params p;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+        return 0;
+    shape_params(&c, &p);
+    if (mem_prepare(cfg, &p, memory, NULL, mem, &c) != ATTN_OK)
+        return 0;
+    dplan pl = {.counting = true};
+    return mem_body(&c, &p, memory, NULL, mem, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
+}
+
+static attn_status mem_run(const attn_decoder_config *c, const attn_decoder_params *p,
+                           const attn_view *m, const int64_t *mem_len, attn_kv_cache *mc,
+                           void *work, size_t work_size) {
+    DPLAN_RUN(mem_body(c, p, m, mem_len, mc, pl));
+}
+
+attn_status attn_decoder_memory(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                                const attn_view *memory, const int64_t *mem_len,
+                                attn_kv_cache *mem, void *work, size_t work_size) {
+    attn_decoder_config c;
+    ATTN_TRY(mem_prepare(cfg, p, memory, mem_len, mem, &c));
+    attn_view lv = {.data = mem->len, .dtype = ATTN_F64, .ndim = 1, .shape = {mem->k.shape[0]},
+                    .stride = {1}};
+    const attn_view *outs[DEC_MAX_VIEWS] = {&mem->k, &mem->v, &lv};
+    const attn_view *ins[DEC_MAX_VIEWS] = {memory};
+    ATTN_TRY(attn__dec_no_alias(outs, 3, ins, attn__dec_mha_views(&c.cross, &p->cross, ins, 1)));
+    return mem_run(&c, p, memory, mem_len, mem, work, work_size);
+}
+
+/* ---- the cached step ---------------------------------------------------------------- */
+
+typedef struct step_args {
+    const attn_decoder_config *c;
+    const attn_decoder_params *p;
+    const attn_step_opts *o, *oc; /* the self-attention's options, the cross-attention's */
+    const attn_view *x;
+    const attn_kv_cache *kc, *mc;
+} step_args;
+
+static attn_status sub_step(const step_args *s, int blk, const attn_view *a, attn_view *h,
+                            dplan *pl) {
+    const attn_decoder_config *c = s->c;
+    if (blk == 0)
+        return attn__mha_step_body(&c->self_attn, &s->p->self_attn, s->o, &c->rope, true, a,
+                                   s->kc, h, pl);
+    if (blk == 1)
+        return attn__mha_step_body(&c->cross, &s->p->cross, s->oc, &c->rope, false, a, s->mc, h,
+                                   pl);
+    return ffn_fwd(&c->ffn, &s->p->ffn, a, h, NULL, NULL, pl);
+}
+
+static attn_status step_body(const step_args *s, attn_view *out, dplan *pl) {
+    const attn_decoder_config *c = s->c;
+    attn_dtype dt = c->self_attn.dtype;
+    const int64_t *shp = s->x->shape;
+    attn_view cur = *s->x;
+    for (int blk = 0; blk < 3; ++blk) {
+        if (blk == 1 && !has_cross(c))
+            continue;
+        attn_view h = dplan_view(pl, dt, 3, shp, false);
+        attn_view nxt = blk == 2 ? *out : dplan_view(pl, dt, 3, shp, false);
+        if (c->norm == ATTN_PRE_NORM) {
+            attn_view a = dplan_view(pl, dt, 3, shp, false);
+            DRUN(attn_layernorm(c->eps, &cur, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &a, NULL,
+                                NULL));
+            ATTN_TRY(sub_step(s, blk, &a, &h, pl));
+            DRUN(attn_add(&cur, &h, &nxt));
+        } else {
+            attn_view sum = dplan_view(pl, dt, 3, shp, false);
+            ATTN_TRY(sub_step(s, blk, &cur, &h, pl));
+            DRUN(attn_add(&cur, &h, &sum));
+            DRUN(attn_layernorm(c->eps, &sum, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &nxt, NULL,
+                                NULL));
+        }
+        cur = nxt;
+    }
+    if (!pl->counting) /* the rows of padding tokens are 0 */
+        for (int64_t b = 0; b < shp[0]; ++b) {
+            int64_t n = attn__step_n(s->o, b, shp[1]);
+            if (n == shp[1])
+                continue;
+            attn_view t, r;
+            ATTN_TRY(attn_view_select(out, 0, b, &t));
+            ATTN_TRY(attn_view_slice(&t, 0, n, shp[1], 1, &r));
+            attn__dec_zero(&r);
+        }
+    return ATTN_OK;
+}
+
+static attn_status step_prepare(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                                const attn_step_opts *o, const attn_view *x,
+                                const attn_kv_cache *kc, const attn_kv_cache *mc,
+                                attn_step_opts *oc, attn_decoder_config *c) {
+    ATTN_TRY(attn_decoder_config_resolve(cfg, c));
+    ATTN_TRY(check_params(c, p));
+    if (o->rope.on)
+        return ATTN_EINVAL; /* a decoder's RoPE is in its config */
+    if (has_cross(c) != (mc != NULL))
+        return ATTN_EINVAL;
+    attn_step_opts os = *o;
+    os.rope = c->rope;
+    attn_mha_config r;
+    ATTN_TRY(attn__mha_step_check(&c->self_attn, &p->self_attn, &os, true, x, kc, &r));
+    *oc = (attn_step_opts){.scale = o->scale, .n_new = o->n_new, .threads = o->threads,
+                           .split = o->split};
+    if (mc)
+        ATTN_TRY(attn__mha_step_check(&c->cross, &p->cross, oc, false, x, mc, &r));
+    return ATTN_OK;
+}
+
+size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
+                                        const attn_kv_cache *self_cache,
+                                        const attn_kv_cache *mem, const attn_step_opts *opts) {
+    attn_decoder_config c;
+    attn_decoder_params p;
+    attn_step_opts oc;
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+        return 0;
+    shape_params(&c, &p);
+    if (!opts)
+        opts = &no_step_opts;
+    if (step_prepare(cfg, &p, opts, x, self_cache, mem, &oc, &c) != ATTN_OK)
+        return 0;
+    attn_view out;
+    attn_view_init(&out, c.self_attn.dtype, dummy, 3, x->shape);
+    step_args s = {&c, &p, opts, &oc, x, self_cache, mem};
+    dplan pl = {.counting = true};
+    return step_body(&s, &out, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
+}
+
+static attn_status step_run(const step_args *s, attn_view *out, void *work, size_t work_size) {
+    DPLAN_RUN(step_body(s, out, pl));
+}
+
+attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                              const attn_step_opts *opts, const attn_view *x,
+                              attn_kv_cache *self_cache, const attn_kv_cache *mem,
+                              attn_view *out, void *work, size_t work_size) {
+    attn_decoder_config c;
+    attn_step_opts oc;
+    if (!opts)
+        opts = &no_step_opts;
+    ATTN_TRY(step_prepare(cfg, p, opts, x, self_cache, mem, &oc, &c));
+    ATTN_TRY(attn__want(out, c.self_attn.dtype, 3, x->shape));
+    attn_view lv = {.data = self_cache->len, .dtype = ATTN_F64, .ndim = 1,
+                    .shape = {self_cache->k.shape[0]}, .stride = {1}};
+    attn_view mlv = lv;
+    if (mem)
+        mlv.data = mem->len;
+    const attn_view *outs[DEC_MAX_VIEWS] = {out, &self_cache->k, &self_cache->v, &lv};
+    const attn_view *ins[DEC_MAX_VIEWS] = {x, opts->keep, opts->bias, mem ? &mem->k : NULL,
+                                           mem ? &mem->v : NULL, mem ? &mlv : NULL};
+    ATTN_TRY(attn__dec_no_alias(outs, 4, ins, param_views(&c, p, ins, 6)));
+    step_args s = {&c, p, opts, &oc, x, self_cache, mem};
+    ATTN_TRY(step_run(&s, out, work, work_size));
+    attn__mha_step_commit(opts, x, self_cache);
+    return ATTN_OK;
+}

@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/* Per-dtype body of the split-KV decode kernel (included by kernels/sdpa_decode.c). */
+
+/* s[j] = scale q . k_j for n keys k_j = k + j ldk (unit stride in D): 16 partial sums. */
+DEC_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64_t ldk,
+                                 int64_t n, int64_t D, T scale, T *restrict s) {
+    for (int64_t j = 0; j < n; ++j) {
+        const T *kj = k + j * ldk;
+        T a[16] = {0};
+        int64_t d = 0;
+        for (; d + 16 <= D; d += 16)
+            for (int l = 0; l < 16; ++l)
+                a[l] += q[d + l] * kj[d + l];
+        T t = 0;
+        for (; d < D; ++d)
+            t += q[d] * kj[d];
+        for (int l = 0; l < 16; ++l)
+            t += a[l];
+        s[j] = scale * t;
+    }
+}
+
+/* acc += sum_j p[j] v_j for n values v_j = v + j ldv (unit stride in D). */
+DEC_CLONES static void SFX(axpys)(T *restrict acc, const T *restrict p, const T *restrict v,
+                                  int64_t ldv, int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; ++j) {
+        T pj = p[j];
+        if (pj == 0)
+            continue;
+        const T *vj = v + j * ldv;
+        for (int64_t d = 0; d < D; ++d)
+            acc[d] += pj * vj[d];
+    }
+}
+
+/* The same two loops for any strides. */
+static void SFX(dots_strided)(const T *q, const T *k, int64_t ldk, int64_t sk, int64_t n,
+                              int64_t D, T scale, T *s) {
+    for (int64_t j = 0; j < n; ++j) {
+        T t = 0;
+        for (int64_t d = 0; d < D; ++d)
+            t += q[d] * k[j * ldk + d * sk];
+        s[j] = scale * t;
+    }
+}
+static void SFX(axpys_strided)(T *acc, const T *p, const T *v, int64_t ldv, int64_t sv,
+                               int64_t n, int64_t D) {
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < D; ++d)
+            acc[d] += p[j] * v[j * ldv + d * sv];
+}
+
+/* Keys [0, limit) row i of batch b may see. */
+static inline int64_t SFX(row_limit)(const attn__decode_plan *p, int64_t b, int64_t i) {
+    int64_t L = p->klen[b];
+    if (i >= (p->nrows ? p->nrows[b] : p->Tq))
+        return 0;
+    if (p->causal && p->qpos0[b] + i + 1 < L)
+        L = p->qpos0[b] + i + 1;
+    return L < 0 ? 0 : L;
+}
+
+/*
+ * Task (b, kv head hk, split s): the G query heads x Tq rows that read kv
+ * head hk, against keys [j0, j1) of the split, in blocks of BLK keys with an
+ * online softmax (running max m, sum l, unnormalized acc). The split's
+ * normalized partial out and its lse go to the partials for the merge.
+ */
+static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, const attn_view *k,
+                            const attn_view *v, int64_t b, int64_t hk, int64_t s, char *w,
+                            int tid) {
+    int64_t R = p->G * p->Tq, D = p->D, Tq = p->Tq;
+    size_t es = sizeof(T), rd = attn__align64((size_t)(R * D) * es);
+    char *ws = w + (size_t)tid * p->per_thread;
+    T *qb = (T *)ws, *acc = (T *)(ws + rd), *sc = (T *)(ws + 2 * rd);
+    T *m = (T *)(ws + 2 * rd + attn__align64((size_t)(R * BLK) * es));
+    T *l = m + attn__align64((size_t)R * es) / es;
+    size_t slot = (size_t)((b * p->Hkv + hk) * p->nsplit + s);
+    T *part = (T *)(w + p->off_part) + slot * (size_t)(R * D);
+    double *plse = (double *)(w + p->off_lse) + slot * (size_t)R;
+    int64_t L = p->klen[b], ns, chunk;
+    splits_of(p, L, &ns, &chunk);
+    for (int64_t r = 0; r < R; ++r)
+        plse[r] = ATTN__SDPA_LSE_EMPTY;
+    if (s >= ns)
+        return;
+    int64_t j0 = s * chunk, j1 = j0 + chunk < L ? j0 + chunk : L, khi = j0;
+    for (int64_t r = 0; r < R; ++r) {
+        int64_t lim = SFX(row_limit)(p, b, r % Tq);
+        khi = lim > khi ? lim : khi;
+    }
+    khi = khi < j1 ? khi : j1;
+    if (khi <= j0)
+        return;
+    for (int64_t r = 0; r < R; ++r) {
+        const T *qr = (const T *)attn__at4(q, b, hk * p->G + r / Tq, r % Tq, 0);
+        for (int64_t d = 0; d < D; ++d)
+            qb[r * D + d] = qr[d * q->stride[3]];
+        m[r] = (T)-INFINITY;
+        l[r] = 0;
+    }
+    memset(acc, 0, (size_t)(R * D) * es);
+    const T *kb = (const T *)attn__at4(k, b, hk, 0, 0), *vb = (const T *)attn__at4(v, b, hk, 0, 0);
+    int64_t ldk = k->stride[2], ldv = v->stride[2];
+    bool unit = k->stride[3] == 1 && v->stride[3] == 1;
+    for (int64_t jb = j0; jb < khi; jb += BLK) {
+        int64_t n = khi - jb < BLK ? khi - jb : BLK;
+        for (int64_t r = 0; r < R; ++r) {
+            int64_t h = hk * p->G + r / Tq, i = r % Tq;
+            int64_t lim = SFX(row_limit)(p, b, i) - jb;
+            lim = lim < 0 ? 0 : lim > n ? n : lim;
+            if (lim == 0)
+                continue;
+            T *sr = sc + r * BLK;
+            if (unit)
+                SFX(dots)(qb + r * D, kb + jb * ldk, ldk, lim, D, (T)p->scale, sr);
+            else
+                SFX(dots_strided)(qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D,
+                                  (T)p->scale, sr);
+            if (p->has_bias) {
+                const T *br = (const T *)attn__at4(&p->bias, b, h, i, jb);
+                for (int64_t c = 0; c < lim; ++c)
+                    sr[c] += br[c * p->bias.stride[3]];
+            }
+            if (p->has_keep) {
+                const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, jb);
+                for (int64_t c = 0; c < lim; ++c)
+                    sr[c] = kr[c * p->keep.stride[3]] ? sr[c] : (T)-INFINITY;
+            }
+            T mt = (T)-INFINITY;
+            for (int64_t c = 0; c < lim; ++c)
+                mt = sr[c] > mt ? sr[c] : mt;
+            T mn = mt > m[r] ? mt : m[r];
+            if (mn == (T)-INFINITY)
+                continue; /* nothing visible yet */
+            T sum = VEXP_SUM(sr, lim, mn); /* sr := exp(sr - mn) */
+            T corr = (T)exp((double)m[r] - (double)mn); /* 0 when m was -inf */
+            l[r] = l[r] * corr + sum;
+            m[r] = mn;
+            if (corr != 1)
+                for (int64_t d = 0; d < D; ++d)
+                    acc[r * D + d] *= corr;
+            if (unit)
+                SFX(axpys)(acc + r * D, sr, vb + jb * ldv, ldv, lim, D);
+            else
+                SFX(axpys_strided)(acc + r * D, sr, vb + jb * ldv, ldv, v->stride[3], lim, D);
+        }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        if (!(l[r] > 0))
+            continue; /* no key: the split contributes nothing (lse stays empty) */
+        T inv = 1 / l[r];
+        for (int64_t d = 0; d < D; ++d)
+            part[r * D + d] = acc[r * D + d] * inv;
+        plse[r] = (double)m[r] + log((double)l[r]);
+    }
+}
+
+/* out[b, h, i] and lse[b, h, i] for the heads of kv head hk: the lse merge of the splits. */
+static void SFX(merge_rows)(const attn__decode_plan *p, int64_t b, int64_t hk,
+                            const attn_view *out, const attn_view *lse, char *w) {
+    int64_t R = p->G * p->Tq, D = p->D, Tq = p->Tq;
+    size_t slot0 = (size_t)((b * p->Hkv + hk) * p->nsplit);
+    const T *part = (const T *)(w + p->off_part);
+    const double *plse = (const double *)(w + p->off_lse);
+    for (int64_t r = 0; r < R; ++r) {
+        int64_t h = hk * p->G + r / Tq, i = r % Tq;
+        T *o = (T *)attn__at4(out, b, h, i, 0);
+        int64_t so = out->stride[3];
+        double run = ATTN__SDPA_LSE_EMPTY;
+        for (int64_t s = 0; s < p->nsplit; ++s) {
+            size_t slot = slot0 + (size_t)s;
+            SFX(attn__lse_merge_row)(o, so, &run, part + (slot * (size_t)R + (size_t)r) * (size_t)D,
+                                     plse[slot * (size_t)R + (size_t)r], D);
+        }
+        if (run <= 0.5 * ATTN__SDPA_LSE_EMPTY)
+            for (int64_t d = 0; d < D; ++d)
+                o[d * so] = 0;
+        if (lse)
+            *(T *)attn__at3(lse, b, h, i) = (T)run;
+    }
+}
