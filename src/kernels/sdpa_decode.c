@@ -3,7 +3,7 @@
 
 /* No -ffast-math (masks rely on -inf); only FP exception flags are given up, as in vexp.c. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "vect-cost-model=dynamic")
 #endif
 
 #include <limits.h>
@@ -45,17 +45,21 @@ static void splits_of(const attn__decode_plan *p, int64_t L, int64_t *ns, int64_
 #define T          float
 #define SFX(name)  name##_f32
 #define VEXP_SUM   attn__vexp_sum_f32
+#define VMAX       attn__vmax_f32
 #include "tmpl/sdpa_decode.h"
 #undef T
 #undef SFX
 #undef VEXP_SUM
+#undef VMAX
 #define T          double
 #define SFX(name)  name##_f64
 #define VEXP_SUM   attn__vexp_sum_f64
+#define VMAX       attn__vmax_f64
 #include "tmpl/sdpa_decode.h"
 #undef T
 #undef SFX
 #undef VEXP_SUM
+#undef VMAX
 
 attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
     size_t es = attn_dtype_size(p->dt), R = (size_t)(p->G * p->Tq), D = (size_t)p->D;

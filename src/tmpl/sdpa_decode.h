@@ -1,35 +1,92 @@
 /* SPDX-License-Identifier: MIT */
 /* Per-dtype body of the split-KV decode kernel (included by kernels/sdpa_decode.c). */
 
-/* s[j] = scale q . k_j for n keys k_j = k + j ldk (unit stride in D): 16 partial sums. */
+/*
+ * s[j] = scale q . k_j for n keys k_j = k + j ldk (unit stride in D). With
+ * GCC or Clang vector extensions and D a multiple of a 64-byte vector: each
+ * key's products summed in two vector accumulators, then halved down to one
+ * lane (keys are independent, so their reductions overlap in the core); the
+ * scalar loop otherwise.
+ */
+#if defined(__GNUC__)
+typedef T SFX(vec) __attribute__((vector_size(64), aligned(sizeof(T))));
+typedef T SFX(vec32) __attribute__((vector_size(32), aligned(sizeof(T))));
+typedef T SFX(vec16) __attribute__((vector_size(16), aligned(sizeof(T))));
+enum { SFX(NL) = 64 / sizeof(T) };
+
+static inline __attribute__((always_inline)) T SFX(hsum)(SFX(vec) v) {
+    SFX(vec32) a, b;
+    memcpy(&a, &v, 32);
+    memcpy(&b, (char *)&v + 32, 32);
+    a += b;
+    SFX(vec16) c, d;
+    memcpy(&c, &a, 16);
+    memcpy(&d, (char *)&a + 16, 16);
+    c += d;
+    T t = 0;
+    for (size_t l = 0; l < 16 / sizeof(T); ++l)
+        t += c[l];
+    return t;
+}
+#endif
+
 DEC_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64_t ldk,
                                  int64_t n, int64_t D, T scale, T *restrict s) {
+#if defined(__GNUC__)
+    if (D % (2 * SFX(NL)) == 0) {
+        for (int64_t j = 0; j < n; ++j) {
+            const T *kj = k + j * ldk;
+            SFX(vec) a0 = {0}, a1 = {0}, x, y;
+            for (int64_t d = 0; d < D; d += 2 * SFX(NL)) {
+                memcpy(&x, q + d, 64);
+                memcpy(&y, kj + d, 64);
+                a0 += x * y;
+                memcpy(&x, q + d + SFX(NL), 64);
+                memcpy(&y, kj + d + SFX(NL), 64);
+                a1 += x * y;
+            }
+            s[j] = scale * SFX(hsum)(a0 + a1);
+        }
+        return;
+    }
+#endif
     for (int64_t j = 0; j < n; ++j) {
         const T *kj = k + j * ldk;
-        T a[16] = {0};
-        int64_t d = 0;
-        for (; d + 16 <= D; d += 16)
-            for (int l = 0; l < 16; ++l)
-                a[l] += q[d + l] * kj[d + l];
         T t = 0;
-        for (; d < D; ++d)
+        for (int64_t d = 0; d < D; ++d)
             t += q[d] * kj[d];
-        for (int l = 0; l < 16; ++l)
-            t += a[l];
         s[j] = scale * t;
     }
 }
 
-/* acc += sum_j p[j] v_j for n values v_j = v + j ldv (unit stride in D). */
+/* acc += sum_j p[j] v_j for n values v_j = v + j ldv (unit stride in D), four keys a pass. */
 DEC_CLONES static void SFX(axpys)(T *restrict acc, const T *restrict p, const T *restrict v,
                                   int64_t ldv, int64_t n, int64_t D) {
-    for (int64_t j = 0; j < n; ++j) {
-        T pj = p[j];
-        if (pj == 0)
-            continue;
+    int64_t j = 0;
+#if defined(__GNUC__)
+    if (D % SFX(NL) == 0) {
+        for (int64_t d = 0; d < D; d += SFX(NL)) { /* acc[d..] stays in a register */
+            SFX(vec) a, x;
+            memcpy(&a, acc + d, 64);
+            for (j = 0; j < n; ++j) {
+                memcpy(&x, v + j * ldv + d, 64);
+                a += p[j] * x;
+            }
+            memcpy(acc + d, &a, 64);
+        }
+        return;
+    }
+#endif
+    for (; j + 4 <= n; j += 4) {
+        const T *v0 = v + j * ldv, *v1 = v0 + ldv, *v2 = v1 + ldv, *v3 = v2 + ldv;
+        T p0 = p[j], p1 = p[j + 1], p2 = p[j + 2], p3 = p[j + 3];
+        for (int64_t d = 0; d < D; ++d)
+            acc[d] += p0 * v0[d] + p1 * v1[d] + p2 * v2[d] + p3 * v3[d];
+    }
+    for (; j < n; ++j) {
         const T *vj = v + j * ldv;
         for (int64_t d = 0; d < D; ++d)
-            acc[d] += pj * vj[d];
+            acc[d] += p[j] * vj[d];
     }
 }
 
@@ -127,9 +184,7 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
                 for (int64_t c = 0; c < lim; ++c)
                     sr[c] = kr[c * p->keep.stride[3]] ? sr[c] : (T)-INFINITY;
             }
-            T mt = (T)-INFINITY;
-            for (int64_t c = 0; c < lim; ++c)
-                mt = sr[c] > mt ? sr[c] : mt;
+            T mt = VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
             if (mn == (T)-INFINITY)
                 continue; /* nothing visible yet */
