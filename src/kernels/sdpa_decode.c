@@ -42,24 +42,16 @@ static void splits_of(const attn__decode_plan *p, int64_t L, int64_t *ns, int64_
     *chunk = L > 0 ? L / n + (L % n != 0) : 0;
 }
 
-#define T          float
-#define SFX(name)  name##_f32
-#define VEXP_SUM   attn__vexp_sum_f32
-#define VMAX       attn__vmax_f32
+/* clang-format off */
+#define ATTN_TMPL_F32
+#include "tmpl/dtype_on.h"
 #include "tmpl/sdpa_decode.h"
-#undef T
-#undef SFX
-#undef VEXP_SUM
-#undef VMAX
-#define T          double
-#define SFX(name)  name##_f64
-#define VEXP_SUM   attn__vexp_sum_f64
-#define VMAX       attn__vmax_f64
+#include "tmpl/dtype_off.h"
+#define ATTN_TMPL_F64
+#include "tmpl/dtype_on.h"
 #include "tmpl/sdpa_decode.h"
-#undef T
-#undef SFX
-#undef VEXP_SUM
-#undef VMAX
+#include "tmpl/dtype_off.h"
+/* clang-format on */
 
 attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
     size_t es = attn_dtype_size(p->dt), R = (size_t)(p->G * p->Tq), D = (size_t)p->D;
@@ -200,6 +192,9 @@ attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k, const attn_
     ATTN_TRY(attn__sdpa_check_aliasing(outs, 2, ins, 3));
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, p.total, &owned));
+    const attn_view *all[5] = {q, k, v, out, lse};
+    if (!owned && attn__work_overlaps(work, p.total, all, lse ? 5 : 4))
+        return ATTN_EALIAS;
     /* the queries are the last Tq tokens of each batch's len: row i at len - Tq + i */
     int64_t *qp = (int64_t *)((char *)work + p.off_pos);
     for (int64_t b = 0; b < p.B; ++b)

@@ -5,9 +5,15 @@
 
 #include "layers/decode_internal.h"
 
+/* A trusted run inside a body: only in the running pass. */
+#define RUN(call)                        \
+    do {                                 \
+        if (attn__plan_running(pl))      \
+            call;                        \
+    } while (0)
+
 static const attn_sdpa_opts no_sdpa_opts;
 static const attn_step_opts no_step_opts;
-static char dummy[64] __attribute__((aligned(64)));
 
 /* ---- config, parameters ------------------------------------------------------- */
 
@@ -112,23 +118,17 @@ static attn_status check_params(const attn_decoder_config *c, const attn_decoder
     if (!p)
         return ATTN_EINVAL;
     attn_dtype dt = c->self_attn.dtype;
-    int64_t C = c->self_attn.d_model, F = c->ffn.d_ff;
+    int64_t C = c->self_attn.d_model;
     if (c->ln_affine) {
         const attn_view *v[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
         for (int i = 0; i < 6; ++i)
             if (i / 2 != 1 || has_cross(c))
                 ATTN_TRY(attn__want(v[i], dt, 1, &C));
     }
-    ATTN_TRY(attn__dec_check_mha(&c->self_attn, &p->self_attn));
+    ATTN_TRY(attn__mha_check_params(&c->self_attn, &p->self_attn));
     if (has_cross(c))
-        ATTN_TRY(attn__dec_check_mha(&c->cross, &p->cross));
-    ATTN_TRY(attn__want(&p->ffn.w1, dt, 2, (int64_t[]){C, F}));
-    ATTN_TRY(attn__want(&p->ffn.w2, dt, 2, (int64_t[]){F, C}));
-    if (c->ffn.bias) {
-        ATTN_TRY(attn__want(&p->ffn.b1, dt, 1, &F));
-        ATTN_TRY(attn__want(&p->ffn.b2, dt, 1, &C));
-    }
-    return ATTN_OK;
+        ATTN_TRY(attn__mha_check_params(&c->cross, &p->cross));
+    return attn__ffn_check_params(&c->ffn, &p->ffn);
 }
 
 /* The parameter (or gradient) views cfg uses, appended to l[n..]. */
@@ -141,40 +141,23 @@ static int param_views(const attn_decoder_config *c, const attn_decoder_params *
         if (has_cross(c))
             l[n++] = &p->ln2_g, l[n++] = &p->ln2_b;
     }
-    n = attn__dec_mha_views(&c->self_attn, &p->self_attn, l, n);
+    n = attn__mha_views(&c->self_attn, &p->self_attn, l, n);
     if (has_cross(c))
-        n = attn__dec_mha_views(&c->cross, &p->cross, l, n);
-    l[n++] = &p->ffn.w1, l[n++] = &p->ffn.w2;
-    if (c->ffn.bias)
-        l[n++] = &p->ffn.b1, l[n++] = &p->ffn.b2;
-    return n;
+        n = attn__mha_views(&c->cross, &p->cross, l, n);
+    return attn__ffn_views(&c->ffn, &p->ffn, l, n);
 }
 
 /* Shape-only parameters over a dummy pointer, for the workspace queries. */
 static void shape_params(const attn_decoder_config *c, attn_decoder_params *p) {
     memset(p, 0, sizeof *p);
-    attn_dtype dt = c->self_attn.dtype;
-    int64_t C = c->self_attn.d_model, F = c->ffn.d_ff;
+    int64_t C = c->self_attn.d_model;
     attn_view *ln[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
     for (int i = 0; i < 6; ++i)
-        attn_view_init(ln[i], dt, dummy, 1, &C);
-    const attn_mha_config *mc[2] = {&c->self_attn, &c->cross};
-    attn_mha_params *mp[2] = {&p->self_attn, &p->cross};
-    for (int i = 0; i < (has_cross(c) ? 2 : 1); ++i) {
-        int64_t hd = mc[i]->heads * mc[i]->d_head, kd = mc[i]->kv_heads * mc[i]->d_head;
-        attn_view_init(&mp[i]->wq, dt, dummy, 2, (int64_t[]){mc[i]->d_model, hd});
-        attn_view_init(&mp[i]->wk, dt, dummy, 2, (int64_t[]){mc[i]->d_kv, kd});
-        attn_view_init(&mp[i]->wv, dt, dummy, 2, (int64_t[]){mc[i]->d_kv, kd});
-        attn_view_init(&mp[i]->wo, dt, dummy, 2, (int64_t[]){hd, mc[i]->d_model});
-        attn_view_init(&mp[i]->bq, dt, dummy, 1, &hd);
-        attn_view_init(&mp[i]->bk, dt, dummy, 1, &kd);
-        attn_view_init(&mp[i]->bv, dt, dummy, 1, &kd);
-        attn_view_init(&mp[i]->bo, dt, dummy, 1, &C);
-    }
-    attn_view_init(&p->ffn.w1, dt, dummy, 2, (int64_t[]){C, F});
-    attn_view_init(&p->ffn.w2, dt, dummy, 2, (int64_t[]){F, C});
-    attn_view_init(&p->ffn.b1, dt, dummy, 1, &F);
-    attn_view_init(&p->ffn.b2, dt, dummy, 1, &C);
+        attn__shape_view(c->self_attn.dtype, 1, &C, ln[i]);
+    attn__mha_shape_params(&c->self_attn, &p->self_attn);
+    if (has_cross(c))
+        attn__mha_shape_params(&c->cross, &p->cross);
+    attn__ffn_shape_params(&c->ffn, &p->ffn);
 }
 
 /* ---- what the forward saves --------------------------------------------------- */
@@ -314,98 +297,102 @@ typedef struct att_save {
 static attn_status att_fwd(const attn_mha_config *c, const attn_mha_params *p,
                            const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *opts,
                            const attn_rope_config *rope, attn_view *out, att_save sv,
-                           dplan *pl) {
+                           attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
-    attn_view Q = sv.q ? *sv.q : dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
-    attn_view K = sv.k ? *sv.k : dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
-    attn_view V = sv.v ? *sv.v : dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
-    attn_view O = sv.concat ? *sv.concat : dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
-    ATTN_TRY(dlin(pl, xq, &p->wq, c->bias ? &p->bq : NULL, &Q));
-    ATTN_TRY(dlin(pl, xkv, &p->wk, c->bias ? &p->bk : NULL, &K));
-    ATTN_TRY(dlin(pl, xkv, &p->wv, c->bias ? &p->bv : NULL, &V));
+    attn_view Q = sv.q ? *sv.q : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
+    attn_view K = sv.k ? *sv.k : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
+    attn_view V = sv.v ? *sv.v : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
+    attn_view O = sv.concat ? *sv.concat : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
+    ATTN_TRY(attn__plan_linear(pl, xq, &p->wq, c->bias ? &p->bq : NULL, &Q));
+    ATTN_TRY(attn__plan_linear(pl, xkv, &p->wk, c->bias ? &p->bk : NULL, &K));
+    ATTN_TRY(attn__plan_linear(pl, xkv, &p->wv, c->bias ? &p->bv : NULL, &V));
     attn_view Qh, Kh, Vh, Oh;
-    ATTN_TRY(attn__heads_of(&Q, c->d_head, &Qh));
-    ATTN_TRY(attn__heads_of(&K, c->d_head, &Kh));
-    ATTN_TRY(attn__heads_of(&V, c->d_head, &Vh));
-    ATTN_TRY(attn__heads_of(&O, c->d_head, &Oh));
+    Qh = attn__heads(&Q, c->d_head);
+    Kh = attn__heads(&K, c->d_head);
+    Vh = attn__heads(&V, c->d_head);
+    Oh = attn__heads(&O, c->d_head);
     if (rope && rope->on) {
-        DRUN(attn_rope(rope->style, rope->base, 0, &Qh));
-        DRUN(attn_rope(rope->style, rope->base, 0, &Kh));
+        RUN(attn__rope_run(rope->style, rope->base, 0, &Qh, false));
+        RUN(attn__rope_run(rope->style, rope->base, 0, &Kh, false));
     }
     attn_sdpa_opts o = *opts;
     o.weights = NULL;
     o.lse = (attn_view *)sv.lse;
-    if (pl->counting)
-        dplan_inner(pl, attn_sdpa_workspace_size(&Qh, &Kh, &Vh, &o));
-    else
-        ATTN_TRY(attn_sdpa(&Qh, &Kh, &Vh, &o, &Oh, dplan_ibase(pl), dplan_isize(pl)));
-    return dlin(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out);
+    const attn__sdpa_plan *sp;
+    ATTN_TRY(attn__plan_sdpa(pl, &Qh, &Kh, &Vh, &o, false, &sp));
+    if (attn__plan_running(pl)) {
+        attn__sdpa_run(sp, &Qh, &Kh, &Vh, &Oh, NULL, o.lse, attn__plan_inner_base(pl),
+                       attn__plan_inner_size(pl));
+    } else {
+        size_t need;
+        ATTN_TRY(attn__sdpa_need(sp, &Qh, &Kh, &Vh, &need));
+        attn__plan_inner(pl, need);
+    }
+    return attn__plan_linear(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out);
 }
 
 /* Backward of att_fwd from its saved q, k, v, concat, lse; accumulates dxq, dxkv, g. */
 static attn_status att_bwd(const attn_mha_config *c, const attn_mha_params *p,
                            const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *opts,
                            const attn_rope_config *rope, att_save sv, const attn_view *dout,
-                           attn_view *dxq, attn_view *dxkv, attn_mha_params *g, dplan *pl) {
+                           attn_view *dxq, attn_view *dxkv, attn_mha_params *g, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
-    attn_view dQ = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
-    attn_view dK = dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
-    attn_view dV = dplan_view(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
-    attn_view dO = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
-    ATTN_TRY(dlin_back(pl, sv.concat, &p->wo, dout, &dO, g ? &g->wo : NULL,
+    attn_view dQ = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
+    attn_view dK = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
+    attn_view dV = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
+    attn_view dO = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
+    ATTN_TRY(attn__plan_linear_backward(pl, sv.concat, &p->wo, dout, &dO, g ? &g->wo : NULL,
                        g && c->bias ? &g->bo : NULL));
     attn_view Qh, Kh, Vh, Oh, dQh, dKh, dVh, dOh;
-    ATTN_TRY(attn__heads_of(sv.q, c->d_head, &Qh));
-    ATTN_TRY(attn__heads_of(sv.k, c->d_head, &Kh));
-    ATTN_TRY(attn__heads_of(sv.v, c->d_head, &Vh));
-    ATTN_TRY(attn__heads_of(sv.concat, c->d_head, &Oh));
-    ATTN_TRY(attn__heads_of(&dQ, c->d_head, &dQh));
-    ATTN_TRY(attn__heads_of(&dK, c->d_head, &dKh));
-    ATTN_TRY(attn__heads_of(&dV, c->d_head, &dVh));
-    ATTN_TRY(attn__heads_of(&dO, c->d_head, &dOh));
+    Qh = attn__heads(sv.q, c->d_head);
+    Kh = attn__heads(sv.k, c->d_head);
+    Vh = attn__heads(sv.v, c->d_head);
+    Oh = attn__heads(sv.concat, c->d_head);
+    dQh = attn__heads(&dQ, c->d_head);
+    dKh = attn__heads(&dK, c->d_head);
+    dVh = attn__heads(&dV, c->d_head);
+    dOh = attn__heads(&dO, c->d_head);
     attn_sdpa_opts o = *opts;
     o.weights = NULL;
     o.lse = NULL;
-    if (pl->counting)
-        dplan_inner(pl, attn_sdpa_backward_workspace_size(&Qh, &Kh, &Vh, &o));
-    else
-        ATTN_TRY(attn_sdpa_backward(&Qh, &Kh, &Vh, &o, &Oh, sv.lse, &dOh, &dQh, &dKh, &dVh,
-                                    dplan_ibase(pl), dplan_isize(pl)));
-    if (rope && rope->on) { /* through the rotation: rotate the gradients back */
-        DRUN(attn_rope_backward(rope->style, rope->base, 0, &dQh));
-        DRUN(attn_rope_backward(rope->style, rope->base, 0, &dKh));
+    const attn__sdpa_plan *sp;
+    ATTN_TRY(attn__plan_sdpa(pl, &Qh, &Kh, &Vh, &o, false, &sp));
+    if (attn__plan_running(pl)) {
+        attn__sdpa_backward_run(sp, &Qh, &Kh, &Vh, &Oh, sv.lse, &dOh, &dQh, &dKh, &dVh,
+                                attn__plan_inner_base(pl), attn__plan_inner_size(pl));
+    } else {
+        size_t need;
+        ATTN_TRY(attn__sdpa_backward_need(sp, &Qh, &Kh, &Vh, &need));
+        attn__plan_inner(pl, need);
     }
-    ATTN_TRY(dlin_back(pl, xq, &p->wq, &dQ, dxq, g ? &g->wq : NULL, g && c->bias ? &g->bq : NULL));
-    ATTN_TRY(dlin_back(pl, xkv, &p->wk, &dK, dxkv, g ? &g->wk : NULL,
+    if (rope && rope->on) { /* through the rotation: rotate the gradients back */
+        RUN(attn__rope_run(rope->style, rope->base, 0, &dQh, true));
+        RUN(attn__rope_run(rope->style, rope->base, 0, &dKh, true));
+    }
+    ATTN_TRY(attn__plan_linear_backward(pl, xq, &p->wq, &dQ, dxq, g ? &g->wq : NULL, g && c->bias ? &g->bq : NULL));
+    ATTN_TRY(attn__plan_linear_backward(pl, xkv, &p->wk, &dK, dxkv, g ? &g->wk : NULL,
                        g && c->bias ? &g->bk : NULL));
-    return dlin_back(pl, xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL, g && c->bias ? &g->bv : NULL);
+    return attn__plan_linear_backward(pl, xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL, g && c->bias ? &g->bv : NULL);
 }
 
-/* out = act(a W1 + b1) W2 + b2, saving the hidden layer (pre and post activation). */
+/* out = act(a W1 + b1) W2 + b2 (the FFN layer's body), saving the hidden layer when asked. */
 static attn_status ffn_fwd(const attn_ffn_config *c, const attn_ffn_params *p,
                            const attn_view *a, attn_view *out, const attn_view *spre,
-                           const attn_view *shid, dplan *pl) {
-    int64_t sh[3] = {a->shape[0], a->shape[1], c->d_ff};
-    attn_view pre = spre ? *spre : dplan_view(pl, c->dtype, 3, sh, false);
-    attn_view hid = shid ? *shid : pre; /* without saving, the activation runs in place */
-    ATTN_TRY(dlin(pl, a, &p->w1, c->bias ? &p->b1 : NULL, &pre));
-    DRUN(attn_activation(c->act, &pre, &hid));
-    return dlin(pl, &hid, &p->w2, c->bias ? &p->b2 : NULL, out);
+                           const attn_view *shid, attn__plan *pl) {
+    attn_trace tr = {.mlp_hidden_pre = (attn_view *)spre, .mlp_hidden = (attn_view *)shid};
+    return attn__ffn_forward_body(c, p, a, out, &tr, pl);
 }
 
 static attn_status ffn_bwd(const attn_ffn_config *c, const attn_ffn_params *p,
                            const attn_view *a, const attn_view *pre, const attn_view *hid,
-                           const attn_view *dout, attn_view *da, attn_ffn_params *g, dplan *pl) {
-    int64_t sh[3] = {a->shape[0], a->shape[1], c->d_ff};
-    attn_view dh = dplan_view(pl, c->dtype, 3, sh, true);
-    attn_view dpre = dplan_view(pl, c->dtype, 3, sh, true);
-    ATTN_TRY(dlin_back(pl, hid, &p->w2, dout, &dh, g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
-    DRUN(attn_activation_backward(c->act, pre, &dh, &dpre));
-    return dlin_back(pl, a, &p->w1, &dpre, da, g ? &g->w1 : NULL, g && c->bias ? &g->b1 : NULL);
+                           const attn_view *dout, attn_view *da, attn_ffn_params *g,
+                           attn__plan *pl) {
+    attn_trace cache = {.mlp_hidden_pre = (attn_view *)pre, .mlp_hidden = (attn_view *)hid};
+    return attn__ffn_backward_body(c, p, a, &cache, dout, da, g, pl);
 }
 
 /* LayerNorm i's gamma and beta (NULL without ln_affine or without the struct). */
@@ -425,11 +412,16 @@ typedef struct dec_args {
     const attn_decoder_params *p;
     const attn_view *x, *m;
     const attn_sdpa_opts *so, *co;
+    attn_view *out;                 /* forward */
+    const attn_decoder_saved *sv;   /* forward (may be NULL), backward */
+    const attn_view *dout;          /* backward */
+    attn_view *dx, *dm;
+    attn_decoder_params *g;
 } dec_args;
 
 /* Sub-block blk (0 self-attention, 1 cross-attention, 2 FFN) of input a into h. */
 static attn_status sub_fwd(const dec_args *d, int blk, const attn_view *a, attn_view *h,
-                           const attn_decoder_saved *sv, dplan *pl) {
+                           const attn_decoder_saved *sv, attn__plan *pl) {
     const attn_decoder_config *c = d->c;
     if (blk == 0) {
         att_save s = sv ? (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse}
@@ -445,7 +437,7 @@ static attn_status sub_fwd(const dec_args *d, int blk, const attn_view *a, attn_
 }
 
 static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decoder_saved *sv,
-                            dplan *pl) {
+                            attn__plan *pl) {
     const attn_decoder_config *c = d->c;
     attn_dtype dt = c->self_attn.dtype;
     const attn_view *x = d->x;
@@ -454,7 +446,7 @@ static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decode
     for (int blk = 0; blk < 3; ++blk) {
         if (blk == 1 && !has_cross(c))
             continue;
-        attn_view h = dplan_view(pl, dt, 3, x->shape, false);
+        attn_view h = attn__plan_scratch(pl, dt, 3, x->shape, false);
         attn_view *mean = sv ? (attn_view *)&sv->mean[blk] : NULL;
         attn_view *rstd = sv ? (attn_view *)&sv->rstd[blk] : NULL;
         if (c->norm == ATTN_PRE_NORM) {
@@ -462,27 +454,27 @@ static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decode
             attn_view lin = cur;
             if (sv) {
                 lin = sv->ln_in[blk];
-                DRUN(attn_view_copy(&cur, &lin));
+                RUN(attn__view_copy_run(&cur, &lin));
             }
-            attn_view a = sv ? sv->ln_out[blk] : dplan_view(pl, dt, 3, x->shape, false);
-            DRUN(attn_layernorm(c->eps, &lin, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &a, mean,
+            attn_view a = sv ? sv->ln_out[blk] : attn__plan_scratch(pl, dt, 3, x->shape, false);
+            RUN(attn__layernorm_run(c->eps, &lin, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &a, mean,
                                 rstd));
             ATTN_TRY(sub_fwd(d, blk, &a, &h, sv, pl));
-            attn_view nxt = blk == last ? *out : dplan_view(pl, dt, 3, x->shape, false);
-            DRUN(attn_add(&lin, &h, &nxt));
+            attn_view nxt = blk == last ? *out : attn__plan_scratch(pl, dt, 3, x->shape, false);
+            RUN(attn__add_run(&lin, &h, &nxt));
             cur = nxt;
         } else {
             /* cur := LN(cur + sub(cur)) */
             ATTN_TRY(sub_fwd(d, blk, &cur, &h, sv, pl));
-            attn_view sum = sv ? sv->ln_in[blk] : dplan_view(pl, dt, 3, x->shape, false);
-            DRUN(attn_add(&cur, &h, &sum));
+            attn_view sum = sv ? sv->ln_in[blk] : attn__plan_scratch(pl, dt, 3, x->shape, false);
+            RUN(attn__add_run(&cur, &h, &sum));
             attn_view lout = blk == last ? *out
                              : sv    ? sv->ln_out[blk]
-                                     : dplan_view(pl, dt, 3, x->shape, false);
-            DRUN(attn_layernorm(c->eps, &sum, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &lout,
+                                     : attn__plan_scratch(pl, dt, 3, x->shape, false);
+            RUN(attn__layernorm_run(c->eps, &sum, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &lout,
                                 mean, rstd));
             if (blk == last && sv)
-                DRUN(attn_view_copy(out, (attn_view *)&sv->ln_out[blk]));
+                RUN(attn__view_copy_run(out, (attn_view *)&sv->ln_out[blk]));
             cur = lout;
         }
     }
@@ -520,8 +512,8 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
     /* the attention options, against the shapes of the queries and keys they will see */
     int64_t B = x->shape[0], T = x->shape[1];
     attn_view q, k;
-    attn_view_init(&q, dt, dummy, 4, (int64_t[]){B, c->self_attn.heads, T, c->self_attn.d_head});
-    attn_view_init(&k, dt, dummy, 4, (int64_t[]){B, c->self_attn.kv_heads, T, c->self_attn.d_head});
+    attn__shape_view(dt, 4, (int64_t[]){B, c->self_attn.heads, T, c->self_attn.d_head}, &q);
+    attn__shape_view(dt, 4, (int64_t[]){B, c->self_attn.kv_heads, T, c->self_attn.d_head}, &k);
     attn__sdpa_plan sp;
     for (int64_t b = 0; (*so)->kv_len && b < B; ++b)
         if ((*so)->kv_len[b] < 0 || (*so)->kv_len[b] > T)
@@ -531,12 +523,17 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
             return ATTN_ERANGE;
     ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *so, false, &sp));
     if (m) {
-        attn_view_init(&q, dt, dummy, 4, (int64_t[]){B, c->cross.heads, T, c->cross.d_head});
-        attn_view_init(&k, dt, dummy, 4,
-                       (int64_t[]){B, c->cross.kv_heads, m->shape[1], c->cross.d_head});
+        attn__shape_view(dt, 4, (int64_t[]){B, c->cross.heads, T, c->cross.d_head}, &q);
+        attn__shape_view(dt, 4, (int64_t[]){B, c->cross.kv_heads, m->shape[1], c->cross.d_head},
+                         &k);
         ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *co, false, &sp));
     }
     return ATTN_OK;
+}
+
+static attn_status fwd_cb(const void *args, attn__plan *pl) {
+    const dec_args *d = args;
+    return fwd_body(d, d->out, d->sv, pl);
 }
 
 size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
@@ -544,21 +541,16 @@ size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_vi
                                    const attn_sdpa_opts *cross_opts) {
     attn_decoder_config c;
     attn_decoder_params p;
+    attn_view out;
+    size_t need;
     if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
         return 0;
     shape_params(&c, &p);
     if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
         return 0;
-    attn_view out;
-    attn_view_init(&out, c.self_attn.dtype, dummy, 3, x->shape);
-    dec_args d = {&c, &p, x, memory, self_opts, cross_opts};
-    dplan pl = {.counting = true};
-    return fwd_body(&d, &out, NULL, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
-}
-
-static attn_status fwd_run(const dec_args *d, attn_view *out, const attn_decoder_saved *sv,
-                           void *work, size_t work_size) {
-    DPLAN_RUN(fwd_body(d, out, sv, pl));
+    attn__shape_view(c.self_attn.dtype, 3, x->shape, &out);
+    dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .out = &out};
+    return attn__layer_need(fwd_cb, &d, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_decoder_params *p,
@@ -572,20 +564,19 @@ attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_deco
     int64_t S = memory ? memory->shape[1] : 1;
     if (saved)
         ATTN_TRY(check_saved(&c, saved, x->shape[0], x->shape[1], S));
-    const attn_view *outs[DEC_MAX_VIEWS] = {out};
-    const attn_view *ins[DEC_MAX_VIEWS] = {x, memory, self_opts->keep, self_opts->bias,
-                                           cross_opts->keep, cross_opts->bias};
-    ATTN_TRY(attn__dec_no_alias(outs, saved_views(&c, saved, outs, 1), ins,
-                                param_views(&c, p, ins, 6)));
-    dec_args d = {&c, p, x, memory, self_opts, cross_opts};
-    return fwd_run(&d, out, saved, work, work_size);
+    const attn_view *outs[ATTN__MAX_ALIAS] = {out};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x, memory, self_opts->keep, self_opts->bias,
+                                             cross_opts->keep, cross_opts->bias};
+    int nout = saved_views(&c, saved, outs, 1), nin = param_views(&c, p, ins, 6);
+    dec_args d = {&c, p, x, memory, self_opts, cross_opts, .out = out, .sv = saved};
+    return attn__layer_exec(fwd_cb, &d, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- the backward ---------------------------------------------------------------- */
 
 static attn_status sub_bwd(const dec_args *d, int blk, const attn_view *a,
                            const attn_decoder_saved *sv, const attn_view *dh, attn_view *da,
-                           attn_view *dm, attn_decoder_params *g, dplan *pl) {
+                           attn_view *dm, attn_decoder_params *g, attn__plan *pl) {
     const attn_decoder_config *c = d->c;
     if (blk == 0)
         return att_bwd(&c->self_attn, &d->p->self_attn, a, a, d->so, &c->rope,
@@ -601,7 +592,7 @@ static attn_status sub_bwd(const dec_args *d, int blk, const attn_view *a,
 
 static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
                             const attn_view *dout, attn_view *dx, attn_view *dm,
-                            attn_decoder_params *g, dplan *pl) {
+                            attn_decoder_params *g, attn__plan *pl) {
     const attn_decoder_config *c = d->c;
     attn_dtype dt = c->self_attn.dtype;
     const int64_t *shp = d->x->shape;
@@ -615,20 +606,20 @@ static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
         if (blk == 1 && !has_cross(c))
             continue;
         /* the gradient of this block's input: dx for the first block, when given */
-        attn_view dprev = blk == first && dx ? *dx : dplan_view(pl, dt, 3, shp, true);
+        attn_view dprev = blk == first && dx ? *dx : attn__plan_scratch(pl, dt, 3, shp, true);
         if (c->norm == ATTN_PRE_NORM) {
             /* next = in + sub(LN(in)) */
-            attn_view da = dplan_view(pl, dt, 3, shp, true);
-            DRUN(attn_add_backward(&dnext, &dprev, NULL));
+            attn_view da = attn__plan_scratch(pl, dt, 3, shp, true);
+            RUN(attn__add_backward_run(&dnext, &dprev, NULL));
             ATTN_TRY(sub_bwd(d, blk, &sv->ln_out[blk], sv, &dnext, &da, dm, g, pl));
-            DRUN(attn_layernorm_backward(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
+            RUN(attn__layernorm_backward_run(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
                                          &sv->rstd[blk], &da, &dprev, dg[blk], db[blk]));
         } else {
             /* next = LN(in + sub(in)); in = x, ln_out[0], ln_out[1 or 0] */
-            attn_view dsum = dplan_view(pl, dt, 3, shp, true);
-            DRUN(attn_layernorm_backward(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
+            attn_view dsum = attn__plan_scratch(pl, dt, 3, shp, true);
+            RUN(attn__layernorm_backward_run(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
                                          &sv->rstd[blk], &dnext, &dsum, dg[blk], db[blk]));
-            DRUN(attn_add_backward(&dsum, &dprev, NULL));
+            RUN(attn__add_backward_run(&dsum, &dprev, NULL));
             const attn_view *in = blk == 0 ? d->x
                                   : blk == 1 || !has_cross(c) ? &sv->ln_out[0]
                                                               : &sv->ln_out[1];
@@ -637,6 +628,11 @@ static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
         dnext = dprev;
     }
     return ATTN_OK;
+}
+
+static attn_status bwd_cb(const void *args, attn__plan *pl) {
+    const dec_args *d = args;
+    return bwd_body(d, d->sv, d->dout, d->dx, d->dm, d->g, pl);
 }
 
 size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
@@ -657,18 +653,12 @@ size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, cons
     memset(&sv, 0, sizeof sv);
     for (int i = 0; i < NSAVED; ++i)
         if (nd[i])
-            attn_view_init(saved_slot(&sv, i), c.self_attn.dtype, dummy, nd[i], sh[i]);
+            attn__shape_view(c.self_attn.dtype, nd[i], sh[i], saved_slot(&sv, i));
     attn_view dout;
-    attn_view_init(&dout, c.self_attn.dtype, dummy, 3, x->shape);
-    dec_args d = {&c, &p, x, memory, self_opts, cross_opts};
-    dplan pl = {.counting = true};
-    return bwd_body(&d, &sv, &dout, NULL, NULL, NULL, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
-}
-
-static attn_status bwd_run(const dec_args *d, const attn_decoder_saved *sv, const attn_view *dout,
-                           attn_view *dx, attn_view *dm, attn_decoder_params *g, void *work,
-                           size_t work_size) {
-    DPLAN_RUN(bwd_body(d, sv, dout, dx, dm, g, pl));
+    attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout);
+    dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .sv = &sv, .dout = &dout};
+    size_t need;
+    return attn__layer_need(bwd_cb, &d, &need) == ATTN_OK ? need : 0;
 }
 
 static attn_status check_grad(const attn_view *g, const attn_view *like) {
@@ -697,14 +687,14 @@ attn_status attn_decoder_backward(const attn_decoder_config *cfg, const attn_dec
         return ATTN_EINVAL;
     if (grads)
         ATTN_TRY(check_params(&c, grads));
-    const attn_view *outs[DEC_MAX_VIEWS] = {dx, dmemory};
-    const attn_view *ins[DEC_MAX_VIEWS] = {x, memory, dout, self_opts->keep, self_opts->bias,
+    const attn_view *outs[ATTN__MAX_ALIAS] = {dx, dmemory};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x, memory, dout, self_opts->keep, self_opts->bias,
                                            cross_opts->keep, cross_opts->bias};
     int no = param_views(&c, grads, outs, 2);
     int ni = saved_views(&c, saved, ins, param_views(&c, p, ins, 7));
-    ATTN_TRY(attn__dec_no_alias(outs, no, ins, ni));
-    dec_args d = {&c, p, x, memory, self_opts, cross_opts};
-    return bwd_run(&d, saved, dout, dx, dmemory, grads, work, work_size);
+    dec_args d = {&c,         p,    x,   memory, self_opts, cross_opts, .sv = saved,
+                  .dout = dout, .dx = dx, .dm = dmemory, .g = grads};
+    return attn__layer_exec(bwd_cb, &d, outs, no, ins, ni, work, work_size);
 }
 
 /* ---- the memory, projected once --------------------------------------------------- */
@@ -715,8 +705,8 @@ static attn_status mem_prepare(const attn_decoder_config *cfg, const attn_decode
     ATTN_TRY(attn_decoder_config_resolve(cfg, c));
     if (!has_cross(c) || !m || !mc || !p)
         return ATTN_EINVAL;
-    ATTN_TRY(attn__dec_check_mha(&c->cross, &p->cross));
-    ATTN_TRY(attn_kv_cache_check(mc, &c->cross));
+    ATTN_TRY(attn__mha_check_params(&c->cross, &p->cross));
+    ATTN_TRY(attn__kv_cache_check(mc, &c->cross));
     ATTN_TRY(attn_view_check(m));
     if (m->dtype != c->cross.dtype)
         return ATTN_EDTYPE;
@@ -734,44 +724,50 @@ static attn_status mem_prepare(const attn_decoder_config *cfg, const attn_decode
 
 static attn_status mem_body(const attn_decoder_config *c, const attn_decoder_params *p,
                             const attn_view *m, const int64_t *mem_len, const attn_kv_cache *mc,
-                            dplan *pl) {
+                            attn__plan *pl) {
     const attn_mha_config *x = &c->cross;
     int64_t B = m->shape[0], S = m->shape[1], KD = x->kv_heads * x->d_head;
-    attn_view K = dplan_view(pl, x->dtype, 3, (int64_t[]){B, S, KD}, false);
-    attn_view V = dplan_view(pl, x->dtype, 3, (int64_t[]){B, S, KD}, false);
-    ATTN_TRY(dlin(pl, m, &p->cross.wk, x->bias ? &p->cross.bk : NULL, &K));
-    ATTN_TRY(dlin(pl, m, &p->cross.wv, x->bias ? &p->cross.bv : NULL, &V));
-    if (pl->counting)
+    attn_view K = attn__plan_scratch(pl, x->dtype, 3, (int64_t[]){B, S, KD}, false);
+    attn_view V = attn__plan_scratch(pl, x->dtype, 3, (int64_t[]){B, S, KD}, false);
+    ATTN_TRY(attn__plan_linear(pl, m, &p->cross.wk, x->bias ? &p->cross.bk : NULL, &K));
+    ATTN_TRY(attn__plan_linear(pl, m, &p->cross.wv, x->bias ? &p->cross.bv : NULL, &V));
+    if (!attn__plan_running(pl))
         return ATTN_OK;
-    attn_view Kh, Vh, dk, dv;
-    ATTN_TRY(attn__heads_of(&K, x->d_head, &Kh));
-    ATTN_TRY(attn__heads_of(&V, x->d_head, &Vh));
+    attn_view Kh = attn__heads(&K, x->d_head), Vh = attn__heads(&V, x->d_head), dk, dv;
     ATTN_TRY(attn_view_slice(&mc->k, 2, 0, S, 1, &dk));
     ATTN_TRY(attn_view_slice(&mc->v, 2, 0, S, 1, &dv));
-    ATTN_TRY(attn_view_copy(&Kh, &dk));
-    ATTN_TRY(attn_view_copy(&Vh, &dv));
+    attn__view_copy_run(&Kh, &dk);
+    attn__view_copy_run(&Vh, &dv);
     for (int64_t b = 0; b < B; ++b)
         mc->len[b] = mem_len ? mem_len[b] : S;
     return ATTN_OK;
+}
+
+typedef struct mem_args {
+    const attn_decoder_config *c;
+    const attn_decoder_params *p;
+    const attn_view *m;
+    const int64_t *mem_len;
+    const attn_kv_cache *mc;
+} mem_args;
+
+static attn_status mem_cb(const void *args, attn__plan *pl) {
+    const mem_args *a = args;
+    return mem_body(a->c, a->p, a->m, a->mem_len, a->mc, pl);
 }
 
 size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cfg,
                                           const attn_view *memory, const attn_kv_cache *mem) {
     attn_decoder_config c;
     attn_decoder_params p;
+    size_t need;
     if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
         return 0;
     shape_params(&c, &p);
     if (mem_prepare(cfg, &p, memory, NULL, mem, &c) != ATTN_OK)
         return 0;
-    dplan pl = {.counting = true};
-    return mem_body(&c, &p, memory, NULL, mem, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
-}
-
-static attn_status mem_run(const attn_decoder_config *c, const attn_decoder_params *p,
-                           const attn_view *m, const int64_t *mem_len, attn_kv_cache *mc,
-                           void *work, size_t work_size) {
-    DPLAN_RUN(mem_body(c, p, m, mem_len, mc, pl));
+    mem_args a = {&c, &p, memory, NULL, mem};
+    return attn__layer_need(mem_cb, &a, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_decoder_memory(const attn_decoder_config *cfg, const attn_decoder_params *p,
@@ -779,12 +775,12 @@ attn_status attn_decoder_memory(const attn_decoder_config *cfg, const attn_decod
                                 attn_kv_cache *mem, void *work, size_t work_size) {
     attn_decoder_config c;
     ATTN_TRY(mem_prepare(cfg, p, memory, mem_len, mem, &c));
-    attn_view lv = {.data = mem->len, .dtype = ATTN_F64, .ndim = 1, .shape = {mem->k.shape[0]},
-                    .stride = {1}};
-    const attn_view *outs[DEC_MAX_VIEWS] = {&mem->k, &mem->v, &lv};
-    const attn_view *ins[DEC_MAX_VIEWS] = {memory};
-    ATTN_TRY(attn__dec_no_alias(outs, 3, ins, attn__dec_mha_views(&c.cross, &p->cross, ins, 1)));
-    return mem_run(&c, p, memory, mem_len, mem, work, work_size);
+    attn_view lv = attn__kv_len_view(mem);
+    const attn_view *outs[ATTN__MAX_ALIAS] = {&mem->k, &mem->v, &lv};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {memory};
+    mem_args a = {&c, p, memory, mem_len, mem};
+    return attn__layer_exec(mem_cb, &a, outs, 3, ins, attn__mha_views(&c.cross, &p->cross, ins, 1),
+                            work, work_size);
 }
 
 /* ---- the cached step ---------------------------------------------------------------- */
@@ -795,10 +791,11 @@ typedef struct step_args {
     const attn_step_opts *o, *oc; /* the self-attention's options, the cross-attention's */
     const attn_view *x;
     const attn_kv_cache *kc, *mc;
+    attn_view *out;
 } step_args;
 
 static attn_status sub_step(const step_args *s, int blk, const attn_view *a, attn_view *h,
-                            dplan *pl) {
+                            attn__plan *pl) {
     const attn_decoder_config *c = s->c;
     if (blk == 0)
         return attn__mha_step_body(&c->self_attn, &s->p->self_attn, s->o, &c->rope, true, a,
@@ -809,7 +806,7 @@ static attn_status sub_step(const step_args *s, int blk, const attn_view *a, att
     return ffn_fwd(&c->ffn, &s->p->ffn, a, h, NULL, NULL, pl);
 }
 
-static attn_status step_body(const step_args *s, attn_view *out, dplan *pl) {
+static attn_status step_body(const step_args *s, attn_view *out, attn__plan *pl) {
     const attn_decoder_config *c = s->c;
     attn_dtype dt = c->self_attn.dtype;
     const int64_t *shp = s->x->shape;
@@ -817,24 +814,24 @@ static attn_status step_body(const step_args *s, attn_view *out, dplan *pl) {
     for (int blk = 0; blk < 3; ++blk) {
         if (blk == 1 && !has_cross(c))
             continue;
-        attn_view h = dplan_view(pl, dt, 3, shp, false);
-        attn_view nxt = blk == 2 ? *out : dplan_view(pl, dt, 3, shp, false);
+        attn_view h = attn__plan_scratch(pl, dt, 3, shp, false);
+        attn_view nxt = blk == 2 ? *out : attn__plan_scratch(pl, dt, 3, shp, false);
         if (c->norm == ATTN_PRE_NORM) {
-            attn_view a = dplan_view(pl, dt, 3, shp, false);
-            DRUN(attn_layernorm(c->eps, &cur, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &a, NULL,
+            attn_view a = attn__plan_scratch(pl, dt, 3, shp, false);
+            RUN(attn__layernorm_run(c->eps, &cur, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &a, NULL,
                                 NULL));
             ATTN_TRY(sub_step(s, blk, &a, &h, pl));
-            DRUN(attn_add(&cur, &h, &nxt));
+            RUN(attn__add_run(&cur, &h, &nxt));
         } else {
-            attn_view sum = dplan_view(pl, dt, 3, shp, false);
+            attn_view sum = attn__plan_scratch(pl, dt, 3, shp, false);
             ATTN_TRY(sub_step(s, blk, &cur, &h, pl));
-            DRUN(attn_add(&cur, &h, &sum));
-            DRUN(attn_layernorm(c->eps, &sum, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &nxt, NULL,
+            RUN(attn__add_run(&cur, &h, &sum));
+            RUN(attn__layernorm_run(c->eps, &sum, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &nxt, NULL,
                                 NULL));
         }
         cur = nxt;
     }
-    if (!pl->counting) /* the rows of padding tokens are 0 */
+    if (attn__plan_running(pl)) /* the rows of padding tokens are 0 */
         for (int64_t b = 0; b < shp[0]; ++b) {
             int64_t n = attn__step_n(s->o, b, shp[1]);
             if (n == shp[1])
@@ -868,12 +865,19 @@ static attn_status step_prepare(const attn_decoder_config *cfg, const attn_decod
     return ATTN_OK;
 }
 
+static attn_status step_cb(const void *args, attn__plan *pl) {
+    const step_args *a = args;
+    return step_body(a, a->out, pl);
+}
+
 size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
                                         const attn_kv_cache *self_cache,
                                         const attn_kv_cache *mem, const attn_step_opts *opts) {
     attn_decoder_config c;
     attn_decoder_params p;
     attn_step_opts oc;
+    attn_view out;
+    size_t need;
     if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
         return 0;
     shape_params(&c, &p);
@@ -881,15 +885,9 @@ size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg, const at
         opts = &no_step_opts;
     if (step_prepare(cfg, &p, opts, x, self_cache, mem, &oc, &c) != ATTN_OK)
         return 0;
-    attn_view out;
-    attn_view_init(&out, c.self_attn.dtype, dummy, 3, x->shape);
-    step_args s = {&c, &p, opts, &oc, x, self_cache, mem};
-    dplan pl = {.counting = true};
-    return step_body(&s, &out, &pl) == ATTN_OK ? dplan_total(&pl) : 0;
-}
-
-static attn_status step_run(const step_args *s, attn_view *out, void *work, size_t work_size) {
-    DPLAN_RUN(step_body(s, out, pl));
+    attn__shape_view(c.self_attn.dtype, 3, x->shape, &out);
+    step_args s = {&c, &p, opts, &oc, x, self_cache, mem, &out};
+    return attn__layer_need(step_cb, &s, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder_params *p,
@@ -902,17 +900,15 @@ attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder
         opts = &no_step_opts;
     ATTN_TRY(step_prepare(cfg, p, opts, x, self_cache, mem, &oc, &c));
     ATTN_TRY(attn__want(out, c.self_attn.dtype, 3, x->shape));
-    attn_view lv = {.data = self_cache->len, .dtype = ATTN_F64, .ndim = 1,
-                    .shape = {self_cache->k.shape[0]}, .stride = {1}};
-    attn_view mlv = lv;
+    attn_view lv = attn__kv_len_view(self_cache), mlv;
     if (mem)
-        mlv.data = mem->len;
-    const attn_view *outs[DEC_MAX_VIEWS] = {out, &self_cache->k, &self_cache->v, &lv};
-    const attn_view *ins[DEC_MAX_VIEWS] = {x, opts->keep, opts->bias, mem ? &mem->k : NULL,
-                                           mem ? &mem->v : NULL, mem ? &mlv : NULL};
-    ATTN_TRY(attn__dec_no_alias(outs, 4, ins, param_views(&c, p, ins, 6)));
-    step_args s = {&c, p, opts, &oc, x, self_cache, mem};
-    ATTN_TRY(step_run(&s, out, work, work_size));
+        mlv = attn__kv_len_view(mem);
+    const attn_view *outs[ATTN__MAX_ALIAS] = {out, &self_cache->k, &self_cache->v, &lv};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias, mem ? &mem->k : NULL,
+                                             mem ? &mem->v : NULL, mem ? &mlv : NULL};
+    step_args s = {&c, p, opts, &oc, x, self_cache, mem, out};
+    ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, param_views(&c, p, ins, 6), work,
+                              work_size));
     attn__mha_step_commit(opts, x, self_cache);
     return ATTN_OK;
 }

@@ -6,65 +6,9 @@
 
 #include "layers/decode_internal.h"
 
+static const attn_step_opts default_step;
+
 /* ---- shared validation -------------------------------------------------------- */
-
-attn_status attn__dec_no_alias(const attn_view *const *outs, int no, const attn_view *const *ins,
-                               int ni) {
-    uintptr_t lo[DEC_MAX_VIEWS], hi[DEC_MAX_VIEWS];
-    const attn_view *all[DEC_MAX_VIEWS];
-    int n = 0;
-    for (int i = 0; i < no && n < DEC_MAX_VIEWS; ++i)
-        all[n++] = outs[i];
-    for (int i = 0; i < ni && n < DEC_MAX_VIEWS; ++i)
-        all[n++] = ins[i];
-    for (int i = 0; i < n; ++i) {
-        lo[i] = hi[i] = 0;
-        if (all[i])
-            attn__span_raw(all[i], &lo[i], &hi[i]);
-    }
-    for (int i = 0; i < no; ++i) {
-        if (!all[i])
-            continue;
-        if (attn__self_overlaps(all[i]))
-            return ATTN_ESTRIDE;
-        for (int j = i + 1; j < n; ++j)
-            if (all[j] && lo[i] != hi[i] && lo[j] != hi[j] && lo[i] < hi[j] && lo[j] < hi[i])
-                return ATTN_EALIAS;
-    }
-    return ATTN_OK;
-}
-
-/* The eight MHA parameter shapes, in slab order (as the layers bind them). */
-static int mha_shapes(const attn_mha_config *c, int64_t s[8][2], int nd[8]) {
-    int64_t hd = c->heads * c->d_head, kd = c->kv_heads * c->d_head;
-    int64_t t[8][2] = {{c->d_model, hd}, {c->d_kv, kd}, {c->d_kv, kd}, {hd, c->d_model},
-                       {hd, 0},          {kd, 0},       {kd, 0},       {c->d_model, 0}};
-    memcpy(s, t, sizeof t);
-    for (int i = 0; i < 8; ++i)
-        nd[i] = i < 4 ? 2 : 1;
-    return c->bias ? 8 : 4;
-}
-
-int attn__dec_mha_views(const attn_mha_config *c, const attn_mha_params *p, const attn_view **l,
-                        int n) {
-    if (!p)
-        return n;
-    const attn_view *v[8] = {&p->wq, &p->wk, &p->wv, &p->wo, &p->bq, &p->bk, &p->bv, &p->bo};
-    for (int i = 0; i < (c->bias ? 8 : 4); ++i)
-        l[n++] = v[i];
-    return n;
-}
-
-attn_status attn__dec_check_mha(const attn_mha_config *c, const attn_mha_params *p) {
-    if (!p)
-        return ATTN_EINVAL;
-    int64_t s[8][2];
-    int nd[8], n = mha_shapes(c, s, nd);
-    const attn_view *v[8] = {&p->wq, &p->wk, &p->wv, &p->wo, &p->bq, &p->bk, &p->bv, &p->bo};
-    for (int i = 0; i < n; ++i)
-        ATTN_TRY(attn__want(v[i], c->dtype, nd[i], s[i]));
-    return ATTN_OK;
-}
 
 attn_status attn__rope_check(const attn_rope_config *r, int64_t D) {
     if (!r->on)
@@ -74,7 +18,7 @@ attn_status attn__rope_check(const attn_rope_config *r, int64_t D) {
     return ATTN_OK;
 }
 
-attn_status attn__step_check_opts(const attn_step_opts *o, int64_t B, int64_t Tq) {
+static attn_status step_check_opts(const attn_step_opts *o, int64_t B, int64_t Tq) {
     if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
         return ATTN_EINVAL;
     if (o->n_new)
@@ -147,15 +91,13 @@ attn_status attn_kv_cache_bind(attn_kv_cache *cache, const attn_mha_config *cfg,
     return ATTN_OK;
 }
 
-/* A view spanning the bytes of len (B int64), for the aliasing checks. */
-static attn_view len_view(const attn_kv_cache *c) {
+attn_view attn__kv_len_view(const attn_kv_cache *c) {
     attn_view v = {.data = c->len, .dtype = ATTN_F64, .ndim = 1, .shape = {c->k.shape[0]},
                    .stride = {1}};
     return v;
 }
 
-/* attn_kv_cache_check on a resolved config. */
-static attn_status cache_check(const attn_kv_cache *kc, const attn_mha_config *c) {
+attn_status attn__kv_cache_check(const attn_kv_cache *kc, const attn_mha_config *c) {
     if (!kc || !kc->len)
         return ATTN_EINVAL;
     ATTN_TRY(attn_view_check(&kc->k));
@@ -172,7 +114,7 @@ static attn_status cache_check(const attn_kv_cache *kc, const attn_mha_config *c
         return ATTN_ESHAPE;
     if (attn__self_overlaps(&kc->k) || attn__self_overlaps(&kc->v))
         return ATTN_ESTRIDE;
-    attn_view lv = len_view(kc);
+    attn_view lv = attn__kv_len_view(kc);
     if (attn__overlaps_raw(&kc->k, &kc->v) || attn__overlaps_raw(&lv, &kc->k) ||
         attn__overlaps_raw(&lv, &kc->v))
         return ATTN_EALIAS;
@@ -185,12 +127,10 @@ static attn_status cache_check(const attn_kv_cache *kc, const attn_mha_config *c
 attn_status attn_kv_cache_check(const attn_kv_cache *cache, const attn_mha_config *cfg) {
     attn_mha_config c;
     ATTN_TRY(attn_mha_config_resolve(cfg, &c));
-    return cache_check(cache, &c);
+    return attn__kv_cache_check(cache, &c);
 }
 
 /* ---- the step -------------------------------------------------------------------- */
-
-static const attn_step_opts default_step;
 
 attn_status attn__mha_step_check(const attn_mha_config *cfg, const attn_mha_params *p,
                                  const attn_step_opts *o, bool self, const attn_view *x,
@@ -198,7 +138,7 @@ attn_status attn__mha_step_check(const attn_mha_config *cfg, const attn_mha_para
     ATTN_TRY(attn_mha_config_resolve(cfg, c));
     if (self && c->d_kv != c->d_model)
         return ATTN_EINVAL;
-    ATTN_TRY(attn__dec_check_mha(c, p));
+    ATTN_TRY(attn__mha_check_params(c, p));
     if (!x || !cache)
         return ATTN_EINVAL;
     ATTN_TRY(attn_view_check(x));
@@ -206,11 +146,11 @@ attn_status attn__mha_step_check(const attn_mha_config *cfg, const attn_mha_para
         return ATTN_EDTYPE;
     if (x->ndim != 3 || x->shape[2] != c->d_model || x->shape[1] < 1)
         return ATTN_ESHAPE;
-    ATTN_TRY(cache_check(cache, c));
+    ATTN_TRY(attn__kv_cache_check(cache, c));
     int64_t B = x->shape[0], Tq = x->shape[1], Tmax = cache->k.shape[2];
     if (cache->k.shape[0] != B)
         return ATTN_ESHAPE;
-    ATTN_TRY(attn__step_check_opts(o, B, Tq));
+    ATTN_TRY(step_check_opts(o, B, Tq));
     if (self)
         ATTN_TRY(attn__rope_check(&o->rope, c->d_head));
     int64_t full[4] = {B, c->heads, Tq, Tmax};
@@ -242,14 +182,15 @@ void attn__mha_step_commit(const attn_step_opts *o, const attn_view *x, attn_kv_
 }
 
 /* Whole-row attention per batch (attn_sdpa's tiles) for chunks too long for the decode kernel. */
-static attn_status attend_tiled(const attn_step_opts *o, bool self,
-                                const attn_view *Qh, const attn_kv_cache *kc, const int64_t *klen,
+static attn_status attend_tiled(const attn_step_opts *o, bool self, const attn_view *Qh,
+                                const attn_kv_cache *kc, const int64_t *klen,
                                 const attn_view *keep, const attn_view *bias, attn_view *Oh,
-                                dplan *pl) {
+                                attn__plan *pl) {
     int64_t B = Qh->shape[0], Tq = Qh->shape[2], Tmax = kc->k.shape[2];
+    bool run = attn__plan_running(pl);
     for (int64_t b = 0; b < B; ++b) {
-        int64_t n = pl->counting ? Tq : attn__step_n(o, b, Tq);
-        int64_t nk = pl->counting ? Tmax : klen[b];
+        /* counting: the largest call (all Tq rows, all Tmax keys) stands for every batch */
+        int64_t n = run ? attn__step_n(o, b, Tq) : Tq, nk = run ? klen[b] : Tmax;
         if (n == 0)
             continue;
         attn_view q, k, v, out, t, km, bm;
@@ -261,6 +202,7 @@ static attn_status attend_tiled(const attn_step_opts *o, bool self,
         ATTN_TRY(attn_view_slice(&t, 2, 0, nk, 1, &k));
         ATTN_TRY(attn_view_slice(&kc->v, 0, b, b + 1, 1, &t));
         ATTN_TRY(attn_view_slice(&t, 2, 0, nk, 1, &v));
+        /* a self step's queries are the last n of its nk keys: bottom-right alignment */
         attn_sdpa_opts so = {.scale = o->scale,
                              .causal = self ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
                              .threads = o->threads};
@@ -276,11 +218,16 @@ static attn_status attend_tiled(const attn_step_opts *o, bool self,
             ATTN_TRY(attn_view_slice(&t, 3, 0, nk, 1, &bm));
             so.bias = &bm;
         }
-        if (pl->counting) {
-            dplan_inner(pl, attn_sdpa_workspace_size(&q, &k, &v, &so));
-            break; /* every batch needs at most this (independent of the key count) */
+        attn__sdpa_plan sp;
+        ATTN_TRY(attn__sdpa_plan_init(&q, &k, &v, &so, false, &sp));
+        if (!run) { /* tiled: the workspace does not depend on the key count */
+            size_t need;
+            ATTN_TRY(attn__sdpa_need(&sp, &q, &k, &v, &need));
+            attn__plan_inner(pl, need);
+            break;
         }
-        ATTN_TRY(attn_sdpa(&q, &k, &v, &so, &out, dplan_ibase(pl), dplan_isize(pl)));
+        attn__sdpa_run(&sp, &q, &k, &v, &out, NULL, NULL, attn__plan_inner_base(pl),
+                       attn__plan_inner_size(pl));
     }
     return ATTN_OK;
 }
@@ -288,58 +235,56 @@ static attn_status attend_tiled(const attn_step_opts *o, bool self,
 attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params *p,
                                 const attn_step_opts *o, const attn_rope_config *rope, bool self,
                                 const attn_view *x, const attn_kv_cache *kc, attn_view *out,
-                                dplan *pl) {
+                                attn__plan *pl) {
     attn_dtype dt = c->dtype;
+    bool run = attn__plan_running(pl);
     int64_t B = x->shape[0], Tq = x->shape[1], Tmax = kc->k.shape[2];
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head, D = c->d_head;
     int64_t G = c->heads / c->kv_heads;
     bool tiled = G * Tq > ATTN__DECODE_MAX_ROWS;
-    /* Q (B, Tq, H*D), new K, V (B, Tq, Hkv*D), merged heads O (B, Tq, H*D) */
-    attn_view Q = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
-    attn_view O = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, HD}, tiled);
-    attn_view Kn, Vn, Qh, Oh, Knh, Vnh;
-    int64_t *lens = dplan_take(pl, 3 * (size_t)B * sizeof(int64_t));
-    int64_t *klen = lens, *qpos = lens + B, *nrows = lens + 2 * B;
-    ATTN_TRY(dlin(pl, x, &p->wq, c->bias ? &p->bq : NULL, &Q));
-    ATTN_TRY(attn__heads_of(&Q, D, &Qh));
-    ATTN_TRY(attn__heads_of(&O, D, &Oh));
-    if (self) {
-        Kn = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, KD}, false);
-        Vn = dplan_view(pl, dt, 3, (int64_t[]){B, Tq, KD}, false);
-        ATTN_TRY(dlin(pl, x, &p->wk, c->bias ? &p->bk : NULL, &Kn));
-        ATTN_TRY(dlin(pl, x, &p->wv, c->bias ? &p->bv : NULL, &Vn));
-        ATTN_TRY(attn__heads_of(&Kn, D, &Knh));
-        ATTN_TRY(attn__heads_of(&Vn, D, &Vnh));
+    /* Q (B, Tq, H*D), merged heads O (B, Tq, H*D); per batch: keys, first position, rows */
+    attn_view Q = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
+    attn_view O = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, tiled);
+    attn_view L3 = attn__plan_scratch(pl, ATTN_F64, 1, (int64_t[]){3 * B}, false); /* int64s */
+    int64_t *klen = L3.data, *qpos = klen + B, *nrows = klen + 2 * B;
+    ATTN_TRY(attn__plan_linear(pl, x, &p->wq, c->bias ? &p->bq : NULL, &Q));
+    attn_view Qh = attn__heads(&Q, D), Oh = attn__heads(&O, D);
+    attn_view Kn, Vn, Knh, Vnh;
+    if (self) { /* the new tokens' K, V (B, Tq, Hkv*D) */
+        Kn = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, KD}, false);
+        Vn = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, KD}, false);
+        ATTN_TRY(attn__plan_linear(pl, x, &p->wk, c->bias ? &p->bk : NULL, &Kn));
+        ATTN_TRY(attn__plan_linear(pl, x, &p->wv, c->bias ? &p->bv : NULL, &Vn));
+        Knh = attn__heads(&Kn, D);
+        Vnh = attn__heads(&Vn, D);
     }
-    if (!pl->counting) {
-        for (int64_t b = 0; b < B; ++b) {
-            int64_t L = kc->len[b], n = attn__step_n(o, b, Tq);
-            klen[b] = self ? L + n : L;
-            qpos[b] = L;
-            nrows[b] = n;
-            if (!self || n == 0)
-                continue;
-            attn_view qb, kb, vb, t, dk, dv;
-            ATTN_TRY(attn_view_select(&Qh, 0, b, &t));
-            ATTN_TRY(attn_view_slice(&t, 1, 0, n, 1, &qb)); /* (H, n, D) */
-            ATTN_TRY(attn_view_select(&Knh, 0, b, &t));
-            ATTN_TRY(attn_view_slice(&t, 1, 0, n, 1, &kb)); /* (Hkv, n, D) */
-            ATTN_TRY(attn_view_select(&Vnh, 0, b, &t));
-            ATTN_TRY(attn_view_slice(&t, 1, 0, n, 1, &vb));
-            if (rope->on) { /* at the absolute positions L..L+n-1 */
-                ATTN_TRY(attn_rope(rope->style, rope->base, L, &qb));
-                ATTN_TRY(attn_rope(rope->style, rope->base, L, &kb));
-            }
-            /* append at len[b] */
-            ATTN_TRY(attn_view_select(&kc->k, 0, b, &t));
-            ATTN_TRY(attn_view_slice(&t, 1, L, L + n, 1, &dk));
-            ATTN_TRY(attn_view_select(&kc->v, 0, b, &t));
-            ATTN_TRY(attn_view_slice(&t, 1, L, L + n, 1, &dv));
-            ATTN_TRY(attn_view_copy(&kb, &dk));
-            ATTN_TRY(attn_view_copy(&vb, &dv));
+    for (int64_t b = 0; run && b < B; ++b) {
+        int64_t L = kc->len[b], n = attn__step_n(o, b, Tq);
+        klen[b] = self ? L + n : L;
+        qpos[b] = L;
+        nrows[b] = n;
+        if (!self || n == 0)
+            continue;
+        attn_view qb, kb, vb, t, dk, dv;
+        ATTN_TRY(attn_view_select(&Qh, 0, b, &t));
+        ATTN_TRY(attn_view_slice(&t, 1, 0, n, 1, &qb)); /* (H, n, D) */
+        ATTN_TRY(attn_view_select(&Knh, 0, b, &t));
+        ATTN_TRY(attn_view_slice(&t, 1, 0, n, 1, &kb)); /* (Hkv, n, D) */
+        ATTN_TRY(attn_view_select(&Vnh, 0, b, &t));
+        ATTN_TRY(attn_view_slice(&t, 1, 0, n, 1, &vb));
+        if (rope->on) { /* at the absolute positions L..L+n-1 */
+            attn__rope_run(rope->style, rope->base, L, &qb, false);
+            attn__rope_run(rope->style, rope->base, L, &kb, false);
         }
+        /* append at len[b] */
+        ATTN_TRY(attn_view_select(&kc->k, 0, b, &t));
+        ATTN_TRY(attn_view_slice(&t, 1, L, L + n, 1, &dk));
+        ATTN_TRY(attn_view_select(&kc->v, 0, b, &t));
+        ATTN_TRY(attn_view_slice(&t, 1, L, L + n, 1, &dv));
+        attn__view_copy_run(&kb, &dk);
+        attn__view_copy_run(&vb, &dv);
     }
-    /* the masks, broadcast to (B, H, Tq, Tmax) */
+    /* the masks, broadcast to (B, H, Tq, Tmax): absolute key positions */
     int64_t full[4] = {B, c->heads, Tq, Tmax};
     attn_view keep, bias;
     if (o->keep)
@@ -351,69 +296,66 @@ attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params 
                               o->bias ? &bias : NULL, &Oh, pl));
     } else {
         attn__decode_plan dp = {.dt = dt, .B = B, .H = c->heads, .Hkv = c->kv_heads, .G = G,
-                                .Tq = Tq, .D = D, .Tmax = Tmax, .causal = self,
-                                .klen = klen, .qpos0 = qpos, .nrows = nrows,
-                                .has_keep = o->keep != NULL, .has_bias = o->bias != NULL,
-                                .split = o->split};
+                                .Tq = Tq, .D = D, .Tmax = Tmax, .causal = self, .klen = klen,
+                                .qpos0 = qpos, .nrows = nrows, .has_keep = o->keep != NULL,
+                                .has_bias = o->bias != NULL, .split = o->split};
         dp.scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
         if (o->keep)
             dp.keep = keep;
         if (o->bias)
             dp.bias = bias;
         ATTN_TRY(attn__decode_layout(&dp, o->threads));
-        if (pl->counting)
-            dplan_inner(pl, dp.total);
+        if (run)
+            attn__decode_run(&dp, &Qh, &kc->k, &kc->v, &Oh, NULL, attn__plan_inner_base(pl));
         else
-            ATTN_TRY(attn__decode_run(&dp, &Qh, &kc->k, &kc->v, &Oh, NULL, dplan_ibase(pl)));
+            attn__plan_inner(pl, dp.total);
     }
     /* out = O Wo + bo; the rows of padding tokens are 0 */
-    ATTN_TRY(dlin(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out));
-    if (!pl->counting)
-        for (int64_t b = 0; b < B; ++b) {
-            int64_t n = attn__step_n(o, b, Tq);
-            if (n == Tq)
-                continue;
-            attn_view t, r;
-            ATTN_TRY(attn_view_select(out, 0, b, &t));
-            ATTN_TRY(attn_view_slice(&t, 0, n, Tq, 1, &r));
-            attn__dec_zero(&r);
-        }
+    ATTN_TRY(attn__plan_linear(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out));
+    for (int64_t b = 0; run && b < B; ++b) {
+        int64_t n = attn__step_n(o, b, Tq);
+        attn_view t, r;
+        if (n == Tq)
+            continue;
+        ATTN_TRY(attn_view_select(out, 0, b, &t));
+        ATTN_TRY(attn_view_slice(&t, 0, n, Tq, 1, &r));
+        attn__dec_zero(&r);
+    }
     return ATTN_OK;
 }
 
-/* A shape-only output for the counting pass. */
-static char dummy_out[64] __attribute__((aligned(64)));
+/* The arguments of one attn_mha_step, for the planner. */
+typedef struct step_call {
+    const attn_mha_config *c;
+    const attn_mha_params *p;
+    const attn_step_opts *o;
+    const attn_view *x;
+    const attn_kv_cache *kc;
+    attn_view *out;
+} step_call;
+
+static attn_status step_body(const void *args, attn__plan *pl) {
+    const step_call *a = args;
+    return attn__mha_step_body(a->c, a->p, a->o, &a->o->rope, true, a->x, a->kc, a->out, pl);
+}
 
 size_t attn_mha_step_workspace_size(const attn_mha_config *cfg, const attn_view *x,
                                     const attn_kv_cache *cache, const attn_step_opts *opts) {
     attn_mha_config c;
-    /* the parameters only need shapes here: the check runs on the real ones in the call */
-    attn_mha_config rc;
-    if (attn_mha_config_resolve(cfg, &rc) != ATTN_OK)
+    attn_mha_params p;
+    attn_view out;
+    size_t need;
+    if (attn_mha_config_resolve(cfg, &c) != ATTN_OK)
         return 0;
-    int64_t s[8][2];
-    int nd[8];
-    mha_shapes(&rc, s, nd);
-    attn_view v[8];
-    for (int i = 0; i < 8; ++i)
-        attn_view_init(&v[i], rc.dtype, dummy_out, nd[i], s[i]);
-    attn_mha_params p = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    attn__mha_shape_params(&c, &p); /* shapes only: the call checks the real ones */
     if (!opts)
         opts = &default_step;
-    if (attn__mha_step_check(cfg, &p, opts, true, x, cache, &c) != ATTN_OK)
+    if (attn__mha_step_check(cfg, &p, opts, true, x, cache, &c) != ATTN_OK ||
+        attn__shape_view(c.dtype, 3, (int64_t[]){x->shape[0], x->shape[1], c.d_model}, &out) !=
+            ATTN_OK)
         return 0;
-    attn_view out;
-    attn_view_init(&out, c.dtype, dummy_out, 3, (int64_t[]){x->shape[0], x->shape[1], c.d_model});
-    dplan pl = {.counting = true};
-    if (attn__mha_step_body(&c, &p, opts, &opts->rope, true, x, cache, &out, &pl) != ATTN_OK)
-        return 0;
-    return dplan_total(&pl);
-}
-
-static attn_status step_run(const attn_mha_config *c, const attn_mha_params *p,
-                            const attn_step_opts *o, const attn_view *x, attn_kv_cache *kc,
-                            attn_view *out, void *work, size_t work_size) {
-    DPLAN_RUN(attn__mha_step_body(c, p, o, &o->rope, true, x, kc, out, pl));
+    step_call a = {&c, &p, opts, x, cache, &out};
+    return attn__layer_need(step_body, &a, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
@@ -424,11 +366,12 @@ attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
         opts = &default_step;
     ATTN_TRY(attn__mha_step_check(cfg, p, opts, true, x, cache, &c));
     ATTN_TRY(attn__want(out, c.dtype, 3, (int64_t[]){x->shape[0], x->shape[1], c.d_model}));
-    attn_view lv = len_view(cache);
-    const attn_view *outs[DEC_MAX_VIEWS] = {out, &cache->k, &cache->v, &lv};
-    const attn_view *ins[DEC_MAX_VIEWS] = {x, opts->keep, opts->bias};
-    ATTN_TRY(attn__dec_no_alias(outs, 4, ins, attn__dec_mha_views(&c, p, ins, 3)));
-    ATTN_TRY(step_run(&c, p, opts, x, cache, out, work, work_size));
+    attn_view lv = attn__kv_len_view(cache);
+    const attn_view *outs[ATTN__MAX_ALIAS] = {out, &cache->k, &cache->v, &lv};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias};
+    step_call a = {&c, p, opts, x, cache, out};
+    ATTN_TRY(attn__layer_exec(step_body, &a, outs, 4, ins, attn__mha_views(&c, p, ins, 3), work,
+                              work_size));
     attn__mha_step_commit(opts, x, cache);
     return ATTN_OK;
 }

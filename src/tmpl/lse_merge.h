@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of the lse merge (included by kernels/lse_merge.h with T and SFX set). */
+/* Per-dtype body of the lse merge (kernels/lse_merge.c; tmpl/dtype_on.h sets T, SFX). */
 
-static inline void SFX(attn__lse_merge_row)(T *o, int64_t so, double *run, const T *p, double l,
-                                            int64_t Dv) {
+void SFX(attn__lse_merge_row)(T *o, int64_t so, double *run, const T *p, double l, int64_t Dv) {
     if (l <= 0.5 * ATTN__SDPA_LSE_EMPTY)
         return;
     if (*run <= 0.5 * ATTN__SDPA_LSE_EMPTY) {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of the split-KV decode kernel (included by kernels/sdpa_decode.c). */
+/* Per-dtype body of the split-KV decode kernel (kernels/sdpa_decode.c; tmpl/dtype_on.h sets T). */
 
 /*
  * s[j] = scale q . k_j for n keys k_j = k + j ldk (unit stride in D). With
@@ -184,11 +184,11 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
                 for (int64_t c = 0; c < lim; ++c)
                     sr[c] = kr[c * p->keep.stride[3]] ? sr[c] : (T)-INFINITY;
             }
-            T mt = VMAX(sr, lim);
+            T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
             if (mn == (T)-INFINITY)
                 continue; /* nothing visible yet */
-            T sum = VEXP_SUM(sr, lim, mn); /* sr := exp(sr - mn) */
+            T sum = T_VEXP_SUM(sr, lim, mn); /* sr := exp(sr - mn) */
             T corr = (T)exp((double)m[r] - (double)mn); /* 0 when m was -inf */
             l[r] = l[r] * corr + sum;
             m[r] = mn;
