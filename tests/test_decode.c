@@ -1,8 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /* Check suite for decoding: the KV cache, the cached MHA step, split-KV decode, the decoder block. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+
 #include "layer_util.h"
 #include "ref/ref.h"
 #include "ref/ref_decode.h"
+
+/*
+ * aligned_alloc is attn's only allocator (attn__work_acquire); the test
+ * executable interposes it to count the library's allocations (as
+ * test_hostile does): a step given a workspace must make none.
+ */
+static int dc_allocs;
+void *aligned_alloc(size_t alignment, size_t size) {
+    static void *(*next)(size_t, size_t);
+    if (!next)
+        *(void **)&next = dlsym(RTLD_NEXT, "aligned_alloc");
+    __atomic_add_fetch(&dc_allocs, 1, __ATOMIC_RELAXED);
+    return next(alignment, size);
+}
 
 #define TOL_R(dt) ((dt) == ATTN_F64 ? 1e-12 : 1e-5)
 #define TOL_A(dt) ((dt) == ATTN_F64 ? 1e-12 : 1e-5)
@@ -953,6 +970,199 @@ START_TEST(decoder_config_and_errors) {
 }
 END_TEST
 
+/* ---- no allocation per step with a workspace; exact workspace queries ----------- */
+
+START_TEST(no_alloc_with_workspace) {
+    int a0 = dc_allocs;
+    free(aligned_alloc(64, 64));
+    if (dc_allocs == a0)
+        return; /* valgrind replaces the allocator: the plain and ASan runs check this */
+    enum { B = 2, T = 6, S = 4, C = 8, H = 2 };
+    attn_decoder_config cfg = {
+        .self_attn = {.dtype = ATTN_F64, .d_model = C, .heads = H, .bias = true},
+        .cross = {.dtype = ATTN_F64, .d_model = C, .heads = H, .bias = true},
+        .ffn = {.dtype = ATTN_F64, .d_model = C, .d_ff = 16, .bias = true},
+        .ln_affine = true, .rope = {.on = true}};
+    size_t ps = attn_decoder_params_size(&cfg);
+    void *pslab = slab_new(ps);
+    attn_decoder_params p;
+    ck_assert_int_eq(attn_decoder_params_bind(&p, &cfg, pslab, ps), ATTN_OK);
+    uint64_t seed = 31;
+    fill_views(&p.self_attn.wq, 8, &seed, 0.4);
+    fill_views(&p.cross.wq, 8, &seed, 0.4);
+    fill_views(&p.ffn.w1, 4, &seed, 0.4);
+    size_t cs = attn_kv_cache_size(&cfg.self_attn, B, T), ms = attn_kv_cache_size(&cfg.cross, B, S);
+    void *cslab = slab_new(cs), *mslab = slab_new(ms);
+    attn_kv_cache kc, mc;
+    ck_assert_int_eq(attn_kv_cache_bind(&kc, &cfg.self_attn, B, T, cslab, cs), ATTN_OK);
+    ck_assert_int_eq(attn_kv_cache_bind(&mc, &cfg.cross, B, S, mslab, ms), ATTN_OK);
+    lt m = lt_rand(ATTN_F64, 3, (int64_t[]){B, S, C}, &seed, 1.0);
+    lt x = lt_rand(ATTN_F64, 3, (int64_t[]){B, 2, C}, &seed, 1.0);
+    lt out = lt_new(ATTN_F64, 3, (int64_t[]){B, 2, C});
+    /* the memory projection, then steps: each query is exact (one byte short refuses) */
+    size_t mw = attn_decoder_memory_workspace_size(&cfg, &m.v, &mc);
+    ck_assert_uint_gt(mw, 0);
+    void *w = malloc(mw);
+    ck_assert_int_eq(attn_decoder_memory(&cfg, &p, &m.v, NULL, &mc, w, mw - 1), ATTN_EWORKSPACE);
+    a0 = dc_allocs;
+    ck_assert_int_eq(attn_decoder_memory(&cfg, &p, &m.v, NULL, &mc, w, mw), ATTN_OK);
+    ck_assert_int_eq(dc_allocs, a0);
+    free(w);
+    size_t sw = attn_decoder_step_workspace_size(&cfg, &x.v, &kc, &mc, NULL);
+    ck_assert_uint_gt(sw, 0);
+    w = malloc(sw);
+    ck_assert_int_eq(attn_decoder_step(&cfg, &p, NULL, &x.v, &kc, &mc, &out.v, w, sw - 1),
+                     ATTN_EWORKSPACE);
+    ck_assert_int_eq(kc.len[0], 0);
+    a0 = dc_allocs;
+    for (int t = 0; t < 3; ++t) /* three 2-token steps fill the cache */
+        ck_assert_int_eq(attn_decoder_step(&cfg, &p, NULL, &x.v, &kc, &mc, &out.v, w, sw),
+                         ATTN_OK);
+    ck_assert_int_eq(dc_allocs, a0);
+    ck_assert_int_eq(kc.len[1], T);
+    /* without a workspace the call allocates (so the hook is live) */
+    kc.len[0] = kc.len[1] = 0;
+    a0 = dc_allocs;
+    ck_assert_int_eq(attn_decoder_step(&cfg, &p, NULL, &x.v, &kc, &mc, &out.v, NULL, 0), ATTN_OK);
+    ck_assert_int_gt(dc_allocs, a0);
+    free(w);
+    /* the MHA step and the decode kernel likewise */
+    kc.len[0] = kc.len[1] = 0;
+    sw = attn_mha_step_workspace_size(&cfg.self_attn, &x.v, &kc, NULL);
+    w = malloc(sw);
+    a0 = dc_allocs;
+    ck_assert_int_eq(attn_mha_step(&cfg.self_attn, &p.self_attn, NULL, &x.v, &kc, &out.v, w, sw),
+                     ATTN_OK);
+    ck_assert_int_eq(dc_allocs, a0);
+    free(w);
+    attn_view q;
+    lt qs = lt_rand(ATTN_F64, 4, (int64_t[]){B, H, 1, C / H}, &seed, 1.0);
+    lt os = lt_new(ATTN_F64, 4, (int64_t[]){B, H, 1, C / H});
+    q = qs.v;
+    size_t dw = attn_sdpa_decode_workspace_size(&q, &kc.k, &kc.v, NULL);
+    w = malloc(dw);
+    ck_assert_int_eq(attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL, w,
+                                      dw - 1),
+                     ATTN_EWORKSPACE);
+    a0 = dc_allocs;
+    ck_assert_int_eq(attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL, w, dw),
+                     ATTN_OK);
+    ck_assert_int_eq(dc_allocs, a0);
+    /* a workspace that overlaps an operand is refused */
+    ck_assert_int_eq(attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL,
+                                      kc.k.data, dw),
+                     ATTN_EALIAS);
+    free(w);
+    /* forward and backward: exact queries */
+    lt xf = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
+    lt of = lt_new(ATTN_F64, 3, (int64_t[]){B, T, C}), dof = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
+    lt dxf = lt_new(ATTN_F64, 3, (int64_t[]){B, T, C});
+    attn_sdpa_opts causal = {.causal = ATTN_CAUSAL_TOP_LEFT};
+    size_t fw = attn_decoder_workspace_size(&cfg, &xf.v, &m.v, &causal, NULL);
+    ck_assert_uint_gt(fw, 0);
+    size_t ss = attn_decoder_saved_size(&cfg, B, T, S);
+    void *sslab = slab_new(ss);
+    attn_decoder_saved sv;
+    ck_assert_int_eq(attn_decoder_saved_bind(&sv, &cfg, B, T, S, sslab, ss), ATTN_OK);
+    w = malloc(fw);
+    ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &of.v, &sv, w,
+                                          fw - 1),
+                     ATTN_EWORKSPACE);
+    ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &of.v, &sv, w, fw),
+                     ATTN_OK);
+    free(w);
+    size_t bw = attn_decoder_backward_workspace_size(&cfg, &xf.v, &m.v, &causal, NULL);
+    ck_assert_uint_gt(bw, 0);
+    w = malloc(bw);
+    ck_assert_int_eq(attn_decoder_backward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &sv, &dof.v,
+                                           &dxf.v, NULL, NULL, w, bw - 1),
+                     ATTN_EWORKSPACE);
+    a0 = dc_allocs;
+    ck_assert_int_eq(attn_decoder_backward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &sv, &dof.v,
+                                           &dxf.v, NULL, NULL, w, bw),
+                     ATTN_OK);
+    ck_assert_int_eq(dc_allocs, a0);
+    free(w);
+    free(pslab); free(cslab); free(mslab); free(sslab);
+    lt_free(&m); lt_free(&x); lt_free(&out); lt_free(&qs); lt_free(&os); lt_free(&xf);
+    lt_free(&of); lt_free(&dof); lt_free(&dxf);
+}
+END_TEST
+
+/* ---- the backward through RoPE, against central differences ---------------------- */
+
+/* L = sum(out * dout) of the whole-sequence forward. */
+static double dec_loss(const attn_decoder_config *c, const attn_decoder_params *p,
+                       const attn_view *x, const attn_view *dout) {
+    lt out = lt_new(ATTN_F64, 3, x->shape);
+    attn_sdpa_opts causal = {.causal = ATTN_CAUSAL_TOP_LEFT};
+    ck_assert_int_eq(attn_decoder_forward(c, p, x, NULL, &causal, NULL, &out.v, NULL, NULL, 0),
+                     ATTN_OK);
+    double s = 0, *o = out.mem;
+    for (int64_t i = 0; i < tu_numel(x); ++i) s += o[i] * ((double *)dout->data)[i];
+    lt_free(&out);
+    return s;
+}
+
+START_TEST(decoder_backward_rope_fd) {
+    enum { B = 1, T = 5, C = 8, H = 2 };
+    for (int norm = 0; norm < 2; ++norm) {
+        attn_decoder_config cfg = {
+            .self_attn = {.dtype = ATTN_F64, .d_model = C, .heads = H, .kv_heads = 1, .bias = true},
+            .ffn = {.dtype = ATTN_F64, .d_model = C, .d_ff = 12, .act = ATTN_ACT_GELU_ERF,
+                    .bias = true},
+            .norm = (attn_norm_order)norm, .ln_affine = true,
+            .rope = {.on = true, .style = ATTN_ROPE_INTERLEAVED, .base = 100}};
+        size_t ps = attn_decoder_params_size(&cfg);
+        void *pslab = slab_new(ps), *gslab = slab_new(ps);
+        attn_decoder_params p, g;
+        ck_assert_int_eq(attn_decoder_params_bind(&p, &cfg, pslab, ps), ATTN_OK);
+        ck_assert_int_eq(attn_decoder_params_bind(&g, &cfg, gslab, ps), ATTN_OK);
+        uint64_t seed = 77 + (uint64_t)norm;
+        fill_views(&p.self_attn.wq, 8, &seed, 0.6);
+        fill_views(&p.ffn.w1, 4, &seed, 0.5);
+        tu_fill(&p.ln1_g, &seed, 1.0);
+        tu_fill(&p.ln3_b, &seed, 0.5);
+        lt x = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
+        lt dout = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
+        lt out = lt_new(ATTN_F64, 3, x.v.shape), dx = lt_new(ATTN_F64, 3, x.v.shape);
+        size_t ss = attn_decoder_saved_size(&cfg, B, T, 0);
+        void *sslab = slab_new(ss);
+        attn_decoder_saved sv;
+        ck_assert_int_eq(attn_decoder_saved_bind(&sv, &cfg, B, T, 0, sslab, ss), ATTN_OK);
+        attn_sdpa_opts causal = {.causal = ATTN_CAUSAL_TOP_LEFT};
+        ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &x.v, NULL, &causal, NULL, &out.v, &sv,
+                                              NULL, 0),
+                         ATTN_OK);
+        ck_assert_int_eq(attn_decoder_backward(&cfg, &p, &x.v, NULL, &causal, NULL, &sv, &dout.v,
+                                               &dx.v, NULL, &g, NULL, 0),
+                         ATTN_OK);
+        /* every element of x, wq, wk (the rotated projections) and ln1_g */
+        struct { attn_view *v, *gv; const char *name; } ts[] = {
+            {&x.v, &dx.v, "dx"}, {&p.self_attn.wq, &g.self_attn.wq, "dwq"},
+            {&p.self_attn.wk, &g.self_attn.wk, "dwk"}, {&p.ln1_g, &g.ln1_g, "dln1_g"}};
+        for (size_t ti = 0; ti < sizeof ts / sizeof *ts; ++ti) {
+            int64_t idx[4] = {0};
+            do {
+                double *e = tu_at(ts[ti].v, idx), keep = *e, h = 1e-5;
+                *e = keep + h;
+                double lp = dec_loss(&cfg, &p, &x.v, &dout.v);
+                *e = keep - h;
+                double lm = dec_loss(&cfg, &p, &x.v, &dout.v);
+                *e = keep;
+                double fd = (lp - lm) / (2 * h), an = tu_get(ts[ti].gv, idx);
+                ck_assert_msg(fabs(fd - an) <= 1e-7 * (1 + fabs(fd)),
+                              "%s[%lld,%lld,%lld] norm %d: backward %.12g, differences %.12g",
+                              ts[ti].name, (long long)idx[0], (long long)idx[1],
+                              (long long)idx[2], norm, an, fd);
+            } while (tu_inc(idx, ts[ti].v->shape, ts[ti].v->ndim));
+        }
+        free(pslab); free(gslab); free(sslab);
+        lt_free(&x); lt_free(&dout); lt_free(&out); lt_free(&dx);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("decode");
     struct { const char *tc; const TTest *t; } tests[] = {
@@ -965,8 +1175,10 @@ int main(void) {
         {"attn_decoder_forward", decoder_forward_torch},
         {"attn_decoder_forward", decoder_config_and_errors},
         {"attn_decoder_backward", decoder_backward_torch},
+        {"attn_decoder_backward", decoder_backward_rope_fd},
         {"attn_decoder_step", decoder_step_torch},
         {"attn_decoder_step", decoder_rope_vs_reference},
+        {"workspace", no_alloc_with_workspace},
     };
     TCase *tc = NULL;
     const char *last = "";
