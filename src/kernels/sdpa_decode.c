@@ -107,24 +107,27 @@ attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, con
         int tid = 0;
 #if ATTN_HAVE_OPENMP
         tid = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait
 #endif
         for (int64_t t = 0; t < ntasks; ++t) {
             int64_t s = t % p->nsplit, bh = t / p->nsplit;
             if (p->dt == ATTN_F32)
-                split_task_f32(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid);
+                split_task_f32(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid, out, lse);
             else
-                split_task_f64(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid);
+                split_task_f64(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid, out, lse);
         }
-        /* merge the splits of each row through their lse */
+        /* merge the splits of each row through their lse (one split: written already) */
+        if (p->nsplit > 1) {
 #if ATTN_HAVE_OPENMP
-#pragma omp for schedule(static)
+#pragma omp barrier
+#pragma omp for schedule(static) nowait
 #endif
-        for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) {
-            if (p->dt == ATTN_F32)
-                merge_rows_f32(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
-            else
-                merge_rows_f64(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
+            for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) {
+                if (p->dt == ATTN_F32)
+                    merge_rows_f32(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
+                else
+                    merge_rows_f64(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
+            }
         }
     }
     return ATTN_OK;

@@ -196,11 +196,13 @@ static inline int64_t SFX(row_limit)(const attn__decode_plan *p, int64_t b, int6
  * Task (b, kv head hk, split s): the G query heads x Tq rows that read kv
  * head hk, against keys [j0, j1) of the split, in blocks of BLK keys with an
  * online softmax (running max m, sum l, unnormalized acc). The split's
- * normalized partial out and its lse go to the partials for the merge.
+ * normalized partial out and its lse go to the partials for the merge; with
+ * one split per head (B Hkv at least the thread count) the task writes out
+ * and lse itself and no merge pass runs.
  */
 static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, const attn_view *k,
                             const attn_view *v, int64_t b, int64_t hk, int64_t s, char *w,
-                            int tid) {
+                            int tid, const attn_view *out, const attn_view *lse) {
     int64_t R = p->G * p->Tq, D = p->D, Tq = p->Tq;
     size_t es = sizeof(T), rd = attn__align64((size_t)(R * D) * es);
     char *ws = w + (size_t)tid * p->per_thread;
@@ -212,8 +214,12 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
     double *plse = (double *)(w + p->off_lse) + slot * (size_t)R;
     int64_t L = p->klen[b], ns, chunk;
     splits_of(p, L, &ns, &chunk);
-    for (int64_t r = 0; r < R; ++r)
+    bool direct = p->nsplit == 1;
+    for (int64_t r = 0; r < R; ++r) {
         plse[r] = ATTN__SDPA_LSE_EMPTY;
+        m[r] = (T)-INFINITY;
+        l[r] = 0;
+    }
     if (s >= ns)
         return;
     int64_t j0 = s * chunk, j1 = j0 + chunk < L ? j0 + chunk : L, khi = j0;
@@ -222,14 +228,12 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
         khi = lim > khi ? lim : khi;
     }
     khi = khi < j1 ? khi : j1;
-    if (khi <= j0)
+    if (khi <= j0 && !direct)
         return;
     for (int64_t r = 0; r < R; ++r) {
         const T *qr = (const T *)attn__at4(q, b, hk * p->G + r / Tq, r % Tq, 0);
         for (int64_t d = 0; d < D; ++d)
             qb[r * D + d] = qr[d * q->stride[3]];
-        m[r] = (T)-INFINITY;
-        l[r] = 0;
     }
     memset(acc, 0, (size_t)(R * D) * es);
     const T *kb = (const T *)attn__at4(k, b, hk, 0, 0), *vb = (const T *)attn__at4(v, b, hk, 0, 0);
@@ -277,12 +281,23 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
         }
     }
     for (int64_t r = 0; r < R; ++r) {
-        if (!(l[r] > 0))
-            continue; /* no key: the split contributes nothing (lse stays empty) */
-        T inv = 1 / l[r];
+        bool live = l[r] > 0; /* else no key: out 0, lse empty */
+        T inv = live ? 1 / l[r] : 0;
+        double lr = live ? (double)m[r] + log((double)l[r]) : ATTN__SDPA_LSE_EMPTY;
+        if (direct) {
+            int64_t h = hk * p->G + r / Tq, i = r % Tq, so = out->stride[3];
+            T *o = (T *)attn__at4(out, b, h, i, 0);
+            for (int64_t d = 0; d < D; ++d)
+                o[d * so] = acc[r * D + d] * inv;
+            if (lse)
+                *(T *)attn__at3(lse, b, h, i) = (T)lr;
+            continue;
+        }
+        if (!live)
+            continue; /* the split contributes nothing */
         for (int64_t d = 0; d < D; ++d)
             part[r * D + d] = acc[r * D + d] * inv;
-        plse[r] = (double)m[r] + log((double)l[r]);
+        plse[r] = lr;
     }
 }
 
