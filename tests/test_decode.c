@@ -826,20 +826,23 @@ START_TEST(decoder_rope_vs_reference) {
                                               NULL, 0),
                          ATTN_OK);
         /* the reference, one sequence at a time */
-        double *wt[30];
-        int nw = 0;
-#define D_(v) (wt[nw++] = lt_doubles(&(v)))
+        /* the parameters as row-major doubles, in the reference's order */
+        const attn_view *pv[] = {&p.ln1_g, &p.ln2_g, &p.ln3_g, &p.ln1_b, &p.ln2_b, &p.ln3_b,
+                                 &p.self_attn.wq, &p.self_attn.wk, &p.self_attn.wv,
+                                 &p.self_attn.wo, &p.self_attn.bq, &p.self_attn.bk,
+                                 &p.self_attn.bv, &p.self_attn.bo, &p.cross.wq, &p.cross.wk,
+                                 &p.cross.wv, &p.cross.wo, &p.ffn.w1, &p.ffn.b1, &p.ffn.w2,
+                                 &p.ffn.b2};
+        enum { NW = sizeof pv / sizeof *pv };
+        double *wt[NW];
+        int nw = NW;
+        for (int i = 0; i < NW; ++i) wt[i] = lt_doubles(pv[i]);
         ref_d_decoder r = {T, S, C, CM, H, HKV, DH, HC, 1, 4, F, norm == 0, true, 0, 1e-5,
                            true, true, 0, T, 0,
-                           {D_(p.ln1_g), D_(p.ln2_g), D_(p.ln3_g)},
-                           {D_(p.ln1_b), D_(p.ln2_b), D_(p.ln3_b)},
-                           {D_(p.self_attn.wq), D_(p.self_attn.wk), D_(p.self_attn.wv),
-                            D_(p.self_attn.wo), D_(p.self_attn.bq), D_(p.self_attn.bk),
-                            D_(p.self_attn.bv), D_(p.self_attn.bo)},
-                           {D_(p.cross.wq), D_(p.cross.wk), D_(p.cross.wv), D_(p.cross.wo),
-                            NULL, NULL, NULL, NULL},
-                           D_(p.ffn.w1), D_(p.ffn.b1), D_(p.ffn.w2), D_(p.ffn.b2)};
-#undef D_
+                           {wt[0], wt[1], wt[2]}, {wt[3], wt[4], wt[5]},
+                           {wt[6], wt[7], wt[8], wt[9], wt[10], wt[11], wt[12], wt[13]},
+                           {wt[14], wt[15], wt[16], wt[17], NULL, NULL, NULL, NULL},
+                           wt[18], wt[19], wt[20], wt[21]};
         double *xd = lt_doubles(&x.v), *md = lt_doubles(&m.v);
         double *want = malloc(sizeof(double) * B * T * C);
         for (int b = 0; b < B; ++b) {

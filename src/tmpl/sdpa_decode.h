@@ -14,10 +14,10 @@ typedef T SFX(vec32) __attribute__((vector_size(32), aligned(sizeof(T))));
 typedef T SFX(vec16) __attribute__((vector_size(16), aligned(sizeof(T))));
 enum { SFX(NL) = 64 / sizeof(T) };
 
-static inline __attribute__((always_inline)) T SFX(hsum)(SFX(vec) v) {
+static inline __attribute__((always_inline)) T SFX(hsum)(const SFX(vec) *v) {
     SFX(vec32) a, b;
-    memcpy(&a, &v, 32);
-    memcpy(&b, (char *)&v + 32, 32);
+    memcpy(&a, v, 32);
+    memcpy(&b, (const char *)v + 32, 32);
     a += b;
     SFX(vec16) c, d;
     memcpy(&c, &a, 16);
@@ -82,7 +82,7 @@ DEC_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64
                 memcpy(&y, k + j * ldk + d, 64);
                 a0 += x * y;
             }
-            s[j] = scale * SFX(hsum)(a0);
+            s[j] = scale * SFX(hsum)(&a0);
         }
         return;
     }
@@ -100,7 +100,8 @@ DEC_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64
                 memcpy(&y, kj + d + SFX(NL), 64);
                 a1 += x * y;
             }
-            s[j] = scale * SFX(hsum)(a0 + a1);
+            a0 += a1;
+            s[j] = scale * SFX(hsum)(&a0);
         }
         return;
     }
