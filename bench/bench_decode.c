@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* attn-bench-decode: one new token against Tk cached keys, K/V bytes per second beside a streaming read. */
+/* attn-bench-decode: one new token against Tk cached keys, K/V bytes per second beside a
+ * streaming read. */
 #define _POSIX_C_SOURCE 200809L
 #include <attn/attn.h>
 #include <dlfcn.h>
@@ -168,7 +169,8 @@ int main(int argc, char **argv) {
                 len[b] = Tk;
             size_t ws = attn_sdpa_decode_workspace_size(&qv, &kv, &vv, NULL);
             void *work = aligned_alloc(64, (ws + 63) / 64 * 64);
-            attn_status st = attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
+            attn_status st =
+                attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
             if (st)
                 die("attn_sdpa_decode", st);
             volatile float sink = stream_read(k, v, n, nt); /* warm both */
@@ -188,10 +190,15 @@ int main(int argc, char **argv) {
                    bytes / s / 1e9, 100 * s / d);
             if (out)
                 fprintf(out, "%lld,%lld,%.0f,%.2f,%.3f,%.2f,%.3f,%.3f\n", (long long)B,
-                        (long long)Tk, bytes, 1e6 * d, bytes / d / 1e9, 1e6 * s, bytes / s / 1e9,
-                        s / d);
+                        (long long)Tk, bytes, 1e6 * d, bytes / d / 1e9, 1e6 * s,
+                        bytes / s / 1e9, s / d);
             fflush(stdout);
-            free(k); free(v); free(q); free(o); free(len); free(work);
+            free(k);
+            free(v);
+            free(q);
+            free(o);
+            free(len);
+            free(work);
         }
     }
     if (out)

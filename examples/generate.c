@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Greedy generation with a KV cache, checked at every step against a full recompute of the prefix. */
+/* Greedy generation with a KV cache, checked at every step against a full recompute of the
+ * prefix. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <time.h>
@@ -180,8 +181,9 @@ static void run_tiny(const char *path) {
         worst = fmax(worst, d);
         int64_t next = argmax(logits, TV);
         same_tokens = same_tokens && next == argmax(want, TV);
-        printf("  step %lld: cache length %lld, next %s (logit %.4f), |cache - recompute| %.1e\n",
-               (long long)step, (long long)kc.len[0], tiny_words[next], logits[next], d);
+        printf(
+            "  step %lld: cache length %lld, next %s (logit %.4f), |cache - recompute| %.1e\n",
+            (long long)step, (long long)kc.len[0], tiny_words[next], logits[next], d);
         tok[T++] = next;
     }
     printf("  generated:");
@@ -231,9 +233,14 @@ static void big_init(big_model *m, attn_dtype dt, int64_t L, int64_t Tmax, int64
     m->Tmax = Tmax;
     m->cfg = (attn_decoder_config){
         .self_attn = {.dtype = dt, .d_model = 768, .heads = 12, .bias = true},
-        .ffn = {.dtype = dt, .d_model = 768, .d_ff = 3072, .act = ATTN_ACT_GELU_TANH,
+        .ffn = {.dtype = dt,
+                .d_model = 768,
+                .d_ff = 3072,
+                .act = ATTN_ACT_GELU_TANH,
                 .bias = true},
-        .norm = ATTN_PRE_NORM, .ln_affine = true, .rope = {.on = true}};
+        .norm = ATTN_PRE_NORM,
+        .ln_affine = true,
+        .rope = {.on = true}};
     size_t es = attn_dtype_size(dt), ps = attn_decoder_params_size(&m->cfg);
     m->layer = calloc((size_t)L, sizeof *m->layer);
     m->slab = calloc((size_t)L, sizeof *m->slab);
@@ -247,9 +254,9 @@ static void big_init(big_model *m, attn_dtype dt, int64_t L, int64_t Tmax, int64
         CHECK(attn_mha_params_init(&m->cfg.self_attn, &p->self_attn, 100 + (uint64_t)l));
         CHECK(attn_ffn_params_init(&m->cfg.ffn, &p->ffn, 200 + (uint64_t)l));
         /* non-trivial LayerNorms and biases, so that every parameter matters */
-        attn_view *v[] = {&p->ln1_g, &p->ln1_b, &p->ln3_g, &p->ln3_b, &p->self_attn.bq,
-                          &p->self_attn.bk, &p->self_attn.bv, &p->self_attn.bo, &p->ffn.b1,
-                          &p->ffn.b2};
+        attn_view *v[] = {
+            &p->ln1_g,        &p->ln1_b,        &p->ln3_g,        &p->ln3_b,  &p->self_attn.bq,
+            &p->self_attn.bk, &p->self_attn.bv, &p->self_attn.bo, &p->ffn.b1, &p->ffn.b2};
         for (size_t i = 0; i < sizeof v / sizeof *v; ++i)
             CHECK(attn_init_normal(300 + (uint64_t)l, i, 0, i == 0 || i == 2 ? 1.0 : 0.0, 0.1,
                                    v[i]));
@@ -276,8 +283,14 @@ static void big_free(big_model *m) {
         free(m->slab[l]);
         free(m->cslab[l]);
     }
-    free(m->slab); free(m->cslab); free(m->layer); free(m->cache);
-    free(m->emb); free(m->lnf_g); free(m->lnf_b); free(m->work);
+    free(m->slab);
+    free(m->cslab);
+    free(m->layer);
+    free(m->cache);
+    free(m->emb);
+    free(m->lnf_g);
+    free(m->lnf_b);
+    free(m->work);
 }
 
 static void big_reset(big_model *m) {
@@ -294,8 +307,8 @@ static void big_embed(const big_model *m, const int64_t *tok, int64_t n, void *x
 
 /* The final LayerNorm of the last row of h (1, n, C) and the tied logits. */
 static void big_head(const big_model *m, void *h, int64_t n, void *tmp, double *logits) {
-    attn_view hr = WK_VIEW(m->dt, (char *)h + (size_t)((n - 1) * m->C) * attn_dtype_size(m->dt),
-                           1, m->C);
+    attn_view hr =
+        WK_VIEW(m->dt, (char *)h + (size_t)((n - 1) * m->C) * attn_dtype_size(m->dt), 1, m->C);
     attn_view tv = WK_VIEW(m->dt, tmp, 1, m->C), g = WK_VIEW(m->dt, m->lnf_g, m->C),
               b = WK_VIEW(m->dt, m->lnf_b, m->C);
     CHECK(attn_layernorm(1e-5, &hr, &g, &b, &tv, NULL, NULL));
@@ -308,8 +321,8 @@ static void big_step(big_model *m, const int64_t *tok, int64_t n, void **buf, do
     for (int64_t l = 0; l < m->L; ++l) {
         attn_view x = WK_VIEW(m->dt, buf[l % 2], 1, n, m->C);
         attn_view y = WK_VIEW(m->dt, buf[1 - l % 2], 1, n, m->C);
-        CHECK(attn_decoder_step(&m->cfg, &m->layer[l], NULL, &x, &m->cache[l], NULL, &y, m->work,
-                                m->ws));
+        CHECK(attn_decoder_step(&m->cfg, &m->layer[l], NULL, &x, &m->cache[l], NULL, &y,
+                                m->work, m->ws));
     }
     big_head(m, buf[m->L % 2], n, buf[2], logits);
 }
@@ -322,8 +335,8 @@ static void big_recompute(const big_model *m, const int64_t *tok, int64_t T, voi
     for (int64_t l = 0; l < m->L; ++l) {
         attn_view x = WK_VIEW(m->dt, buf[l % 2], 1, T, m->C);
         attn_view y = WK_VIEW(m->dt, buf[1 - l % 2], 1, T, m->C);
-        CHECK(attn_decoder_forward(&m->cfg, &m->layer[l], &x, NULL, &causal, NULL, &y, NULL, work,
-                                   ws));
+        CHECK(attn_decoder_forward(&m->cfg, &m->layer[l], &x, NULL, &causal, NULL, &y, NULL,
+                                   work, ws));
     }
     big_head(m, buf[m->L % 2], T, buf[2], logits);
 }
@@ -366,7 +379,8 @@ static void big_check(int64_t L) {
     void **b = bufs(ATTN_F64, P + STEPS, m.C);
     size_t ws = recompute_ws(&m, P + STEPS);
     void *work = xalloc(ws);
-    double *lg = malloc(sizeof(double) * (size_t)m.V), *want = malloc(sizeof(double) * (size_t)m.V);
+    double *lg = malloc(sizeof(double) * (size_t)m.V),
+           *want = malloc(sizeof(double) * (size_t)m.V);
     double worst = 0;
     bool same = true;
     int64_t T = P;
@@ -385,10 +399,12 @@ static void big_check(int64_t L) {
         tok[T++] = next;
     }
     printf("\n");
-    wk_check(worst <= 1e-12, "d 768: the cached logits equal the recompute at every step (%.1e)",
-             worst);
+    wk_check(worst <= 1e-12,
+             "d 768: the cached logits equal the recompute at every step (%.1e)", worst);
     wk_check(same, "d 768: the greedy tokens agree");
-    free(lg); free(want); free(work);
+    free(lg);
+    free(want);
+    free(work);
     bufs_free(b);
     big_free(&m);
 }
@@ -427,12 +443,12 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
     }
     if (out)
         fprintf(out, "prefix,cache_ms,recompute_ms,cache_tok_s,recompute_tok_s,speedup\n");
-    printf("   %7s %12s %14s %12s %14s %8s\n", "prefix", "cache ms/tok", "recompute ms", "cache tok/s",
-           "recompute tok/s", "speedup");
+    printf("   %7s %12s %14s %12s %14s %8s\n", "prefix", "cache ms/tok", "recompute ms",
+           "cache tok/s", "recompute tok/s", "speedup");
     double t[64];
     for (int64_t P = 64; P <= pmax; P *= 2) {
         big_reset(&m);
-        big_step(&m, tok, P, b, lg); /* prefill P tokens */
+        big_step(&m, tok, P, b, lg);     /* prefill P tokens */
         for (int r = 0; r < reps; ++r) { /* one token each at prefix P + r */
             double t0 = now();
             big_step(&m, tok + P + r, 1, b, lg);
@@ -446,8 +462,8 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
             t[r] = now() - t0;
         }
         double tr = median(t, rr);
-        printf("   %7lld %12.2f %14.2f %12.1f %14.2f %7.1fx\n", (long long)P, 1e3 * tc, 1e3 * tr,
-               1 / tc, 1 / tr, tr / tc);
+        printf("   %7lld %12.2f %14.2f %12.1f %14.2f %7.1fx\n", (long long)P, 1e3 * tc,
+               1e3 * tr, 1 / tc, 1 / tr, tr / tc);
         if (out)
             fprintf(out, "%lld,%.4f,%.4f,%.2f,%.3f,%.2f\n", (long long)P, 1e3 * tc, 1e3 * tr,
                     1 / tc, 1 / tr, tr / tc);
@@ -468,7 +484,9 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
                  strstr(plot, ".svg") ? "svg" : "pngcairo", plot, (long long)L, csv);
         printf("\n   plot: %s\n", system(cmd) == 0 ? plot : "(gnuplot failed)");
     }
-    free(tok); free(lg); free(work);
+    free(tok);
+    free(lg);
+    free(work);
     bufs_free(b);
     big_free(&m);
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Check suite for decoding: the KV cache, the cached MHA step, split-KV decode, the decoder block. */
+/* Check suite for decoding: the KV cache, the cached MHA step, split-KV decode, the decoder
+ * block. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
@@ -54,7 +55,8 @@ START_TEST(kv_bind_and_check) {
         ck_assert_int_eq(kc.k.shape[d], want[d]);
         ck_assert_int_eq(kc.v.shape[d], want[d]);
     }
-    for (int b = 0; b < 3; ++b) ck_assert_int_eq(kc.len[b], 0);
+    for (int b = 0; b < 3; ++b)
+        ck_assert_int_eq(kc.len[b], 0);
     ck_assert((char *)(kc.len + 3) <= slab + n);
     ck_assert_int_eq(attn_kv_cache_check(&kc, &c), ATTN_OK);
     /* the check: lengths, dtype, shapes, overlap */
@@ -98,31 +100,129 @@ typedef struct step_case {
     int64_t split;
     int threads;
     int nsteps;
-    int64_t tq[MAXSTEPS];          /* Tq of each step */
-    int64_t n[MAXSTEPS][MAXB];     /* n_new per batch (-1: NULL = Tq for all) */
+    int64_t tq[MAXSTEPS];      /* Tq of each step */
+    int64_t n[MAXSTEPS][MAXB]; /* n_new per batch (-1: NULL = Tq for all) */
 } step_case;
 
 static const step_case step_cases[] = {
     /* prefill 5, then four single-token decodes, then a 2-token chunk */
-    {ATTN_F64, 2, 8, 2, 2, 0, 16, true, 0, false, false, 0, 0, 6,
-     {5, 1, 1, 1, 1, 2}, {{-1}, {-1}, {-1}, {-1}, {-1}, {-1}}},
+    {ATTN_F64,
+     2,
+     8,
+     2,
+     2,
+     0,
+     16,
+     true,
+     0,
+     false,
+     false,
+     0,
+     0,
+     6,
+     {5, 1, 1, 1, 1, 2},
+     {{-1}, {-1}, {-1}, {-1}, {-1}, {-1}}},
     /* GQA, RoPE (interleaved), ragged prefill and a finished sequence (n 0) */
-    {ATTN_F64, 3, 16, 4, 2, 0, 20, false, 1, false, false, 0, 0, 5,
-     {4, 1, 1, 3, 1}, {{4, 2, 1}, {1, 1, 0}, {1, 1, 1}, {3, 1, 2}, {1, 0, 1}}},
+    {ATTN_F64,
+     3,
+     16,
+     4,
+     2,
+     0,
+     20,
+     false,
+     1,
+     false,
+     false,
+     0,
+     0,
+     5,
+     {4, 1, 1, 3, 1},
+     {{4, 2, 1}, {1, 1, 0}, {1, 1, 1}, {3, 1, 2}, {1, 0, 1}}},
     /* MQA, D != C/H, RoPE half, tiny splits, a keep mask, two threads */
-    {ATTN_F64, 2, 6, 3, 1, 4, 14, true, 2, true, false, 3, 2, 5,
-     {3, 1, 1, 1, 2}, {{3, 1}, {-1}, {-1}, {-1}, {2, 1}}},
+    {ATTN_F64,
+     2,
+     6,
+     3,
+     1,
+     4,
+     14,
+     true,
+     2,
+     true,
+     false,
+     3,
+     2,
+     5,
+     {3, 1, 1, 1, 2},
+     {{3, 1}, {-1}, {-1}, {-1}, {2, 1}}},
     /* a strided cache (a (B, Tmax, Hkv, D) array viewed as (B, Hkv, Tmax, D)) */
-    {ATTN_F64, 2, 8, 2, 2, 0, 12, true, 1, false, true, 2, 1, 4,
-     {6, 1, 1, 1}, {{6, 4}, {-1}, {-1}, {-1}}},
+    {ATTN_F64,
+     2,
+     8,
+     2,
+     2,
+     0,
+     12,
+     true,
+     1,
+     false,
+     true,
+     2,
+     1,
+     4,
+     {6, 1, 1, 1},
+     {{6, 4}, {-1}, {-1}, {-1}}},
     /* up to the brim: Tmax exactly filled */
-    {ATTN_F64, 1, 4, 2, 2, 0, 6, false, 0, false, false, 1, 0, 3,
-     {4, 1, 1}, {{-1}, {-1}, {-1}}},
+    {ATTN_F64,
+     1,
+     4,
+     2,
+     2,
+     0,
+     6,
+     false,
+     0,
+     false,
+     false,
+     1,
+     0,
+     3,
+     {4, 1, 1},
+     {{-1}, {-1}, {-1}}},
     /* float32 */
-    {ATTN_F32, 2, 8, 2, 1, 0, 16, true, 1, false, false, 0, 0, 4,
-     {5, 1, 1, 2}, {{5, 3}, {-1}, {-1}, {2, 1}}},
-    {ATTN_F32, 1, 16, 4, 4, 0, 24, false, 2, true, false, 5, 2, 3,
-     {8, 1, 1}, {{-1}, {-1}, {-1}}},
+    {ATTN_F32,
+     2,
+     8,
+     2,
+     1,
+     0,
+     16,
+     true,
+     1,
+     false,
+     false,
+     0,
+     0,
+     4,
+     {5, 1, 1, 2},
+     {{5, 3}, {-1}, {-1}, {2, 1}}},
+    {ATTN_F32,
+     1,
+     16,
+     4,
+     4,
+     0,
+     24,
+     false,
+     2,
+     true,
+     false,
+     5,
+     2,
+     3,
+     {8, 1, 1},
+     {{-1}, {-1}, {-1}}},
 };
 
 /* The cache for a case: bound from a slab, or a strided (B, Tmax, Hkv, D) layout. */
@@ -143,7 +243,8 @@ static void *make_cache(const step_case *sc, const attn_mha_config *cfg, attn_kv
     ck_assert_int_eq(attn_view_init(&v, sc->dt, mem + one, 4, sh), ATTN_OK);
     ck_assert_int_eq(attn_view_transpose(&k, 1, 2, &kc->k), ATTN_OK);
     ck_assert_int_eq(attn_view_transpose(&v, 1, 2, &kc->v), ATTN_OK);
-    for (int64_t b = 0; b < sc->B; ++b) len[b] = 0;
+    for (int64_t b = 0; b < sc->B; ++b)
+        len[b] = 0;
     kc->len = len;
     return mem;
 }
@@ -151,8 +252,12 @@ static void *make_cache(const step_case *sc, const attn_mha_config *cfg, attn_kv
 static void run_step_case(const step_case *sc) {
     attn_dtype dt = sc->dt;
     uint64_t seed = 1000 + (uint64_t)sc->C * 7 + (uint64_t)sc->B;
-    attn_mha_config cfg = {.dtype = dt, .d_model = sc->C, .heads = sc->H, .kv_heads = sc->Hkv,
-                           .d_head = sc->D, .bias = sc->bias};
+    attn_mha_config cfg = {.dtype = dt,
+                           .d_model = sc->C,
+                           .heads = sc->H,
+                           .kv_heads = sc->Hkv,
+                           .d_head = sc->D,
+                           .bias = sc->bias};
     attn_mha_config rc;
     ck_assert_int_eq(attn_mha_config_resolve(&cfg, &rc), ATTN_OK);
     size_t ps = attn_mha_params_size(&cfg);
@@ -162,27 +267,30 @@ static void run_step_case(const step_case *sc) {
     fill_views(&p.wq, 8, &seed, 0.5);
     double *w[8];
     const attn_view *pv[8] = {&p.wq, &p.wk, &p.wv, &p.wo, &p.bq, &p.bk, &p.bv, &p.bo};
-    for (int i = 0; i < 8; ++i) w[i] = (i < 4 || sc->bias) ? lt_doubles(pv[i]) : NULL;
+    for (int i = 0; i < 8; ++i)
+        w[i] = (i < 4 || sc->bias) ? lt_doubles(pv[i]) : NULL;
     attn_kv_cache kc;
     int64_t own_len[MAXB];
     void *cmem = make_cache(sc, &cfg, &kc, own_len);
     /* every token fed to batch b so far, (T_b, C) row-major doubles */
     double *hist[MAXB];
     int64_t T[MAXB] = {0};
-    for (int64_t b = 0; b < sc->B; ++b) hist[b] = calloc((size_t)(MAXT * sc->C), sizeof(double));
+    for (int64_t b = 0; b < sc->B; ++b)
+        hist[b] = calloc((size_t)(MAXT * sc->C), sizeof(double));
     uint8_t keep_hist[MAXB][MAXT][MAXT]; /* keep of each token's own row (absolute keys) */
     memset(keep_hist, 1, sizeof keep_hist);
     for (int s = 0; s < sc->nsteps; ++s) {
         int64_t Tq = sc->tq[s], n[MAXB];
         bool null_n = sc->n[s][0] < 0;
-        for (int64_t b = 0; b < sc->B; ++b) n[b] = null_n ? Tq : sc->n[s][b];
+        for (int64_t b = 0; b < sc->B; ++b)
+            n[b] = null_n ? Tq : sc->n[s][b];
         lt x = lt_rand(dt, 3, (int64_t[]){sc->B, Tq, sc->C}, &seed, 1.0);
         lt out = lt_new(dt, 3, (int64_t[]){sc->B, Tq, sc->C});
         tu_fill(&out.v, &seed, 100.0); /* garbage: every row must be written */
         uint8_t *keep = NULL;
         attn_view keepv;
-        attn_step_opts o = {.n_new = null_n ? NULL : n, .split = sc->split,
-                            .threads = sc->threads};
+        attn_step_opts o = {
+            .n_new = null_n ? NULL : n, .split = sc->split, .threads = sc->threads};
         if (sc->rope)
             o.rope = (attn_rope_config){.on = true,
                                         .style = sc->rope == 2 ? ATTN_ROPE_HALF
@@ -196,7 +304,8 @@ static void run_step_case(const step_case *sc) {
             o.keep = &keepv;
         }
         int64_t L0[MAXB];
-        for (int64_t b = 0; b < sc->B; ++b) L0[b] = kc.len[b];
+        for (int64_t b = 0; b < sc->B; ++b)
+            L0[b] = kc.len[b];
         size_t ws = attn_mha_step_workspace_size(&cfg, &x.v, &kc, &o);
         ck_assert_msg(ws > 0, "case C %lld B %lld step %d: no workspace size", (long long)sc->C,
                       (long long)sc->B, s);
@@ -217,12 +326,34 @@ static void run_step_case(const step_case *sc) {
             /* the reference: the whole sequence so far, causal, from scratch */
             uint8_t *kr = malloc((size_t)(T[b] * T[b] + 1));
             for (int64_t i = 0; i < T[b]; ++i)
-                for (int64_t j = 0; j < T[b]; ++j) kr[i * T[b] + j] = keep_hist[b][i][j];
+                for (int64_t j = 0; j < T[b]; ++j)
+                    kr[i * T[b] + j] = keep_hist[b][i][j];
             double *want = malloc(sizeof(double) * (size_t)(T[b] * sc->C + 1));
-            ref_d_attn a = {T[b], T[b], sc->C, sc->C, sc->H, rc.kv_heads, rc.d_head,
-                            hist[b], hist[b], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7],
-                            true, 0, T[b], sc->rope != 0, sc->rope == 2,
-                            sc->rope == 2 ? 500.0 : 0, sc->keep ? kr : NULL, 0};
+            ref_d_attn a = {T[b],
+                            T[b],
+                            sc->C,
+                            sc->C,
+                            sc->H,
+                            rc.kv_heads,
+                            rc.d_head,
+                            hist[b],
+                            hist[b],
+                            w[0],
+                            w[1],
+                            w[2],
+                            w[3],
+                            w[4],
+                            w[5],
+                            w[6],
+                            w[7],
+                            true,
+                            0,
+                            T[b],
+                            sc->rope != 0,
+                            sc->rope == 2,
+                            sc->rope == 2 ? 500.0 : 0,
+                            sc->keep ? kr : NULL,
+                            0};
             ref_d_attention(&a, want);
             attn_view ob, got, wv;
             ck_assert_int_eq(attn_view_select(&out.v, 0, b, &ob), ATTN_OK);
@@ -241,8 +372,10 @@ static void run_step_case(const step_case *sc) {
         lt_free(&x);
         lt_free(&out);
     }
-    for (int64_t b = 0; b < sc->B; ++b) free(hist[b]);
-    for (int i = 0; i < 8; ++i) free(w[i]);
+    for (int64_t b = 0; b < sc->B; ++b)
+        free(hist[b]);
+    for (int i = 0; i < 8; ++i)
+        free(w[i]);
     free(pslab);
     free(cmem);
 }
@@ -287,7 +420,8 @@ START_TEST(step_equals_recompute) {
                 work = malloc(need);
                 ws = need;
             }
-            ck_assert_int_eq(attn_mha_step(&cfg, &p, NULL, &xt, &kc, &out.v, work, ws), ATTN_OK);
+            ck_assert_int_eq(attn_mha_step(&cfg, &p, NULL, &xt, &kc, &out.v, work, ws),
+                             ATTN_OK);
             double *fd = lt_doubles(&ft);
             attn_view fv = lt_wrap(fd, 3, ft.shape);
             tu_check_close(&out.v, &fv, TOL_R(dt), TOL_A(dt), "step vs recompute");
@@ -295,8 +429,10 @@ START_TEST(step_equals_recompute) {
             lt_free(&out);
         }
         free(work);
-        lt_free(&x); lt_free(&full);
-        free(pslab); free(cslab);
+        lt_free(&x);
+        lt_free(&full);
+        free(pslab);
+        free(cslab);
     }
 }
 END_TEST
@@ -324,13 +460,14 @@ START_TEST(step_errors) {
     lt x3 = lt_rand(ATTN_F64, 3, (int64_t[]){B, 3, C}, &seed, 1.0);
     lt out = lt_new(ATTN_F64, 3, (int64_t[]){B, 3, C});
     double *od = out.mem;
-    for (int i = 0; i < B * 3 * C; ++i) od[i] = -4242.0; /* sentinel */
+    for (int i = 0; i < B * 3 * C; ++i)
+        od[i] = -4242.0; /* sentinel */
     lt out0 = lt_new(ATTN_F64, 3, (int64_t[]){B, 3, C});
     memcpy(out0.mem, out.mem, sizeof(double) * B * 3 * C);
-#define UNTOUCHED()                                                                  \
-    do {                                                                             \
-        ck_assert_int_eq(memcmp(out.mem, out0.mem, sizeof(double) * B * 3 * C), 0);  \
-        ck_assert_int_eq(memcmp(cslab, csnap, cs), 0);                               \
+#define UNTOUCHED()                                                                            \
+    do {                                                                                       \
+        ck_assert_int_eq(memcmp(out.mem, out0.mem, sizeof(double) * B * 3 * C), 0);            \
+        ck_assert_int_eq(memcmp(cslab, csnap, cs), 0);                                         \
     } while (0)
     /* 4 + 3 > 6: the cache would overflow */
     ck_assert_int_eq(attn_mha_step(&cfg, &p, NULL, &x3.v, &kc, &out.v, NULL, 0), ATTN_ERANGE);
@@ -368,7 +505,8 @@ START_TEST(step_errors) {
     ck_assert_int_eq(attn_mha_step(&cfg, &p, NULL, &xc.v, &kc, &out.v, NULL, 0), ATTN_ESHAPE);
     lt xf = lt_rand(ATTN_F32, 3, (int64_t[]){B, 3, C}, &seed, 1.0);
     ck_assert_int_eq(attn_mha_step(&cfg, &p, NULL, &xf.v, &kc, &out.v, NULL, 0), ATTN_EDTYPE);
-    lt x0 = lt_new(ATTN_F64, 3, (int64_t[]){B, 0, C}), o0 = lt_new(ATTN_F64, 3, (int64_t[]){B, 0, C});
+    lt x0 = lt_new(ATTN_F64, 3, (int64_t[]){B, 0, C}),
+       o0 = lt_new(ATTN_F64, 3, (int64_t[]){B, 0, C});
     ck_assert_int_eq(attn_mha_step(&cfg, &p, NULL, &x0.v, &kc, &o0.v, NULL, 0), ATTN_ESHAPE);
     lt o2 = lt_new(ATTN_F64, 3, (int64_t[]){B, 2, C});
     int64_t one1[B] = {1, 1};
@@ -385,7 +523,8 @@ START_TEST(step_errors) {
     obad.n_new = one;
     ck_assert_int_eq(attn_mha_step(&cfg, &p, &obad, &x3.v, &kc, &out.v, NULL, 0), ATTN_EINVAL);
     attn_step_opts osplit = {.split = -1, .n_new = one};
-    ck_assert_int_eq(attn_mha_step(&cfg, &p, &osplit, &x3.v, &kc, &out.v, NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_mha_step(&cfg, &p, &osplit, &x3.v, &kc, &out.v, NULL, 0),
+                     ATTN_EINVAL);
     attn_step_opts orope = {.rope = {.on = true, .style = (attn_rope_style)7}, .n_new = one};
     ck_assert_int_eq(attn_mha_step(&cfg, &p, &orope, &x3.v, &kc, &out.v, NULL, 0), ATTN_EINVAL);
     uint8_t kb[64];
@@ -398,7 +537,8 @@ START_TEST(step_errors) {
     /* aliasing: out over the cache, out over x */
     attn_view kv_as_out;
     attn_view_init(&kv_as_out, ATTN_F64, kc.k.data, 3, (int64_t[]){B, 3, C});
-    ck_assert_int_eq(attn_mha_step(&cfg, &p, &on1, &x3.v, &kc, &kv_as_out, NULL, 0), ATTN_EALIAS);
+    ck_assert_int_eq(attn_mha_step(&cfg, &p, &on1, &x3.v, &kc, &kv_as_out, NULL, 0),
+                     ATTN_EALIAS);
     ck_assert_int_eq(attn_mha_step(&cfg, &p, &on1, &x3.v, &kc, &x3.v, NULL, 0), ATTN_EALIAS);
     /* the cache over the weights */
     attn_kv_cache kbad = kc;
@@ -419,10 +559,24 @@ START_TEST(step_errors) {
     ck_assert_int_eq(kc.len[1], 5);
 #undef UNTOUCHED
     free(w);
-    lt_free(&x4); lt_free(&o4); lt_free(&x3); lt_free(&out); lt_free(&out0); lt_free(&x1);
-    lt_free(&o1); lt_free(&o1s); lt_free(&xb); lt_free(&ob); lt_free(&xc); lt_free(&xf);
-    lt_free(&x0); lt_free(&o0); lt_free(&o2);
-    free(pslab); free(cslab); free(csnap);
+    lt_free(&x4);
+    lt_free(&o4);
+    lt_free(&x3);
+    lt_free(&out);
+    lt_free(&out0);
+    lt_free(&x1);
+    lt_free(&o1);
+    lt_free(&o1s);
+    lt_free(&xb);
+    lt_free(&ob);
+    lt_free(&xc);
+    lt_free(&xf);
+    lt_free(&x0);
+    lt_free(&o0);
+    lt_free(&o2);
+    free(pslab);
+    free(cslab);
+    free(csnap);
 }
 END_TEST
 
@@ -439,8 +593,8 @@ START_TEST(decode_vs_reference) {
     } cases[] = {
         {ATTN_F64, 1, 4, 4, 1, 8, 300, {300}, true, false, 0, 0},
         {ATTN_F64, 2, 6, 2, 1, 16, 700, {700, 333}, true, false, 64, 2},
-        {ATTN_F64, 3, 2, 1, 2, 4, 50, {50, 1, 0}, true, true, 7, 2},  /* len 0: empty rows */
-        {ATTN_F64, 2, 4, 2, 3, 8, 40, {40, 2}, true, false, 5, 1},    /* row 0 of batch 1 empty */
+        {ATTN_F64, 3, 2, 1, 2, 4, 50, {50, 1, 0}, true, true, 7, 2}, /* len 0: empty rows */
+        {ATTN_F64, 2, 4, 2, 3, 8, 40, {40, 2}, true, false, 5, 1}, /* row 0 of batch 1 empty */
         {ATTN_F64, 2, 2, 2, 2, 8, 90, {90, 17}, false, false, 0, 0},
         {ATTN_F64, 1, 1, 1, 1, 8, 5000, {4999}, true, false, 0, 2},
         {ATTN_F32, 2, 12, 12, 1, 64, 1200, {1200, 600}, true, false, 0, 0},
@@ -468,8 +622,8 @@ START_TEST(decode_vs_reference) {
         attn_step_opts o = {.split = c->split, .threads = c->threads};
         size_t ws = attn_sdpa_decode_workspace_size(&q.v, &k, &v, &o);
         void *w = malloc(ws ? ws : 1);
-        attn_status st = attn_sdpa_decode(&q.v, &k, &v, c->len, c->causal, &o, &out.v, &lse.v,
-                                          w, ws);
+        attn_status st =
+            attn_sdpa_decode(&q.v, &k, &v, c->len, c->causal, &o, &out.v, &lse.v, w, ws);
         ck_assert_msg(st == ATTN_OK, "case %zu: %s", ci, attn_strerror(st));
         free(w);
         for (int64_t b = 0; b < c->B; ++b) {
@@ -483,16 +637,21 @@ START_TEST(decode_vs_reference) {
             attn_view_slice(&out.v, 0, b, b + 1, 1, &ob);
             attn_view_slice(&lse.v, 0, b, b + 1, 1, &lb);
             lt wo = lt_new(ATTN_F64, 4, ob.shape), wl = lt_new(ATTN_F64, 3, lb.shape);
-            attn_sdpa_opts ro = {.causal = c->causal ? ATTN_CAUSAL_BOTTOM_RIGHT
-                                                     : ATTN_CAUSAL_NONE};
+            attn_sdpa_opts ro = {.causal =
+                                     c->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE};
             ref_sdpa(&qb, &kb, &vb, &ro, &wo.v, NULL, &wl.v);
             tu_check_close(&ob, &wo.v, TOL_R(c->dt), c->dt == ATTN_F64 ? 1e-13 : 1e-6,
                            "decode out");
             tu_check_close(&lb, &wl.v, TOL_R(c->dt), c->dt == ATTN_F64 ? 1e-13 : 1e-5,
                            "decode lse");
-            lt_free(&wo); lt_free(&wl);
+            lt_free(&wo);
+            lt_free(&wl);
         }
-        lt_free(&q); lt_free(&kst); lt_free(&vst); lt_free(&out); lt_free(&lse);
+        lt_free(&q);
+        lt_free(&kst);
+        lt_free(&vst);
+        lt_free(&out);
+        lt_free(&lse);
     }
 }
 END_TEST
@@ -500,13 +659,15 @@ END_TEST
 START_TEST(decode_errors) {
     int64_t len[2] = {5, 9};
     lt q = lt_new(ATTN_F64, 4, (int64_t[]){2, 4, 1, 8});
-    lt k = lt_new(ATTN_F64, 4, (int64_t[]){2, 2, 8, 8}), v = lt_new(ATTN_F64, 4, (int64_t[]){2, 2, 8, 8});
+    lt k = lt_new(ATTN_F64, 4, (int64_t[]){2, 2, 8, 8}),
+       v = lt_new(ATTN_F64, 4, (int64_t[]){2, 2, 8, 8});
     lt out = lt_new(ATTN_F64, 4, (int64_t[]){2, 4, 1, 8});
     ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &out.v, NULL, NULL, 0),
                      ATTN_ERANGE); /* 9 > Tmax 8 */
     len[1] = 8;
-    ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, NULL, true, NULL, &out.v, NULL, NULL, 0),
-                     ATTN_EINVAL);
+    ck_assert_int_eq(
+        attn_sdpa_decode(&q.v, &k.v, &v.v, NULL, true, NULL, &out.v, NULL, NULL, 0),
+        ATTN_EINVAL);
     ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &q.v, NULL, NULL, 0),
                      ATTN_EALIAS);
     lt q3 = lt_new(ATTN_F64, 4, (int64_t[]){2, 3, 1, 8}); /* 3 % 2 */
@@ -520,11 +681,17 @@ START_TEST(decode_errors) {
     ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, &ok, &out.v, NULL, NULL, 0),
                      ATTN_EINVAL);
     lt lbad = lt_new(ATTN_F64, 3, (int64_t[]){2, 4, 2});
-    ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &out.v, &lbad.v, NULL, 0),
-                     ATTN_ESHAPE);
+    ck_assert_int_eq(
+        attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &out.v, &lbad.v, NULL, 0),
+        ATTN_ESHAPE);
     ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &out.v, NULL, NULL, 0),
                      ATTN_OK);
-    lt_free(&q); lt_free(&k); lt_free(&v); lt_free(&out); lt_free(&q3); lt_free(&o3);
+    lt_free(&q);
+    lt_free(&k);
+    lt_free(&v);
+    lt_free(&out);
+    lt_free(&q3);
+    lt_free(&o3);
     lt_free(&lbad);
 }
 END_TEST
@@ -551,7 +718,8 @@ typedef struct dec_fx {
 static attn_view dfx_view(dec_fx *d, fx_file *fx, const char *name, attn_dtype dt, bool w) {
     lt *s = &d->store[d->nstore++];
     *s = lt_from_fx(fx_get(fx, name), dt);
-    if (!w) return s->v;
+    if (!w)
+        return s->v;
     attn_view t;
     ck_assert_int_eq(attn_view_transpose(&s->v, 0, 1, &t), ATTN_OK);
     return t;
@@ -577,14 +745,20 @@ static void dfx_load(dec_fx *d, fx_file *fx, attn_dtype dt) {
     int64_t C = d->C, H = fx_meta(fx, "H", 0);
     attn_decoder_config c = {
         .self_attn = {.dtype = dt, .d_model = C, .heads = H, .bias = true},
-        .ffn = {.dtype = dt, .d_model = C, .d_ff = fx_meta(fx, "F", 0),
-                .act = fx_meta(fx, "relu", 0) ? ATTN_ACT_RELU : ATTN_ACT_GELU_ERF, .bias = true},
-        .eps = 1e-5, .norm = fx_meta(fx, "norm_first", 0) ? ATTN_PRE_NORM : ATTN_POST_NORM,
+        .ffn = {.dtype = dt,
+                .d_model = C,
+                .d_ff = fx_meta(fx, "F", 0),
+                .act = fx_meta(fx, "relu", 0) ? ATTN_ACT_RELU : ATTN_ACT_GELU_ERF,
+                .bias = true},
+        .eps = 1e-5,
+        .norm = fx_meta(fx, "norm_first", 0) ? ATTN_PRE_NORM : ATTN_POST_NORM,
         .ln_affine = true};
-    if (d->cross) c.cross = (attn_mha_config){.dtype = dt, .d_model = C, .heads = H, .bias = true};
+    if (d->cross)
+        c.cross = (attn_mha_config){.dtype = dt, .d_model = C, .heads = H, .bias = true};
     d->cfg = c;
     dfx_mha(d, fx, 's', dt, &d->p.self_attn);
-    if (d->cross) dfx_mha(d, fx, 'c', dt, &d->p.cross);
+    if (d->cross)
+        dfx_mha(d, fx, 'c', dt, &d->p.cross);
     d->p.ffn.w1 = dfx_view(d, fx, "w1", dt, true);
     d->p.ffn.b1 = dfx_view(d, fx, "b1", dt, false);
     d->p.ffn.w2 = dfx_view(d, fx, "w2", dt, true);
@@ -606,7 +780,8 @@ static void dfx_load(dec_fx *d, fx_file *fx, attn_dtype dt) {
 }
 
 static void dfx_free(dec_fx *d) {
-    for (int i = 0; i < d->nstore; ++i) lt_free(&d->store[i]);
+    for (int i = 0; i < d->nstore; ++i)
+        lt_free(&d->store[i]);
 }
 
 START_TEST(decoder_forward_torch) {
@@ -629,7 +804,9 @@ START_TEST(decoder_forward_torch) {
             fx_tensor *want = fx_get(fx, "out");
             attn_view wv = lt_wrap(want->data, 3, want->shape);
             tu_check_close(&out.v, &wv, TOL_R(dt), TOL_A(dt), dec_fixtures[fi]);
-            lt_free(&x); lt_free(&m); lt_free(&out);
+            lt_free(&x);
+            lt_free(&m);
+            lt_free(&out);
             dfx_free(&d);
             fx_free(fx);
         }
@@ -641,7 +818,8 @@ static void cmp_g(const attn_view *g, fx_file *fx, const char *name, bool w, att
     fx_tensor *t = fx_get(fx, name);
     ck_assert_ptr_nonnull(t);
     attn_view v = lt_wrap(t->data, t->ndim, t->shape), vt;
-    if (w) attn_view_transpose(&v, 0, 1, &vt);
+    if (w)
+        attn_view_transpose(&v, 0, 1, &vt);
     tu_check_close(g, w ? &vt : &v, TOL_R(dt), dt == ATTN_F64 ? 1e-12 : 2e-5, name);
 }
 
@@ -684,18 +862,20 @@ START_TEST(decoder_backward_torch) {
             void *gslab = slab_new(gs);
             attn_decoder_params g;
             ck_assert_int_eq(attn_decoder_params_bind(&g, &d.cfg, gslab, gs), ATTN_OK);
-            size_t ws = attn_decoder_backward_workspace_size(&d.cfg, &x.v, d.cross ? &m.v : NULL,
-                                                             &so, &co);
+            size_t ws = attn_decoder_backward_workspace_size(&d.cfg, &x.v,
+                                                             d.cross ? &m.v : NULL, &so, &co);
             ck_assert_uint_gt(ws, 0);
             void *w = malloc(ws);
-            attn_status st = attn_decoder_backward(&d.cfg, &d.p, &x.v, d.cross ? &m.v : NULL,
-                                                   &so, &co, &sv, &dout.v, &dx.v,
-                                                   d.cross ? &dm.v : NULL, &g, w, ws);
+            attn_status st =
+                attn_decoder_backward(&d.cfg, &d.p, &x.v, d.cross ? &m.v : NULL, &so, &co, &sv,
+                                      &dout.v, &dx.v, d.cross ? &dm.v : NULL, &g, w, ws);
             ck_assert_msg(st == ATTN_OK, "%s: %s", dec_fixtures[fi], attn_strerror(st));
             cmp_g(&dx.v, fx, "dx", false, dt);
-            if (d.cross) cmp_g(&dm.v, fx, "dmemory", false, dt);
+            if (d.cross)
+                cmp_g(&dm.v, fx, "dmemory", false, dt);
             cmp_mha_g(&g.self_attn, fx, 's', dt);
-            if (d.cross) cmp_mha_g(&g.cross, fx, 'c', dt);
+            if (d.cross)
+                cmp_mha_g(&g.cross, fx, 'c', dt);
             cmp_g(&g.ffn.w1, fx, "dw1", true, dt);
             cmp_g(&g.ffn.b1, fx, "db1", false, dt);
             cmp_g(&g.ffn.w2, fx, "dw2", true, dt);
@@ -710,17 +890,25 @@ START_TEST(decoder_backward_torch) {
             cmp_g(&g.ln3_b, fx, "dln3_b", false, dt);
             /* accumulation: a second backward doubles dx */
             ck_assert_int_eq(attn_decoder_backward(&d.cfg, &d.p, &x.v, d.cross ? &m.v : NULL,
-                                                   &so, &co, &sv, &dout.v, &dx.v, NULL, NULL,
-                                                   w, ws),
+                                                   &so, &co, &sv, &dout.v, &dx.v, NULL, NULL, w,
+                                                   ws),
                              ATTN_OK);
             fx_tensor *t = fx_get(fx, "dx");
             double *twice = malloc(sizeof(double) * (size_t)t->n);
-            for (int64_t i = 0; i < t->n; ++i) twice[i] = 2 * t->data[i];
+            for (int64_t i = 0; i < t->n; ++i)
+                twice[i] = 2 * t->data[i];
             attn_view tv = lt_wrap(twice, 3, t->shape);
             tu_check_close(&dx.v, &tv, TOL_R(dt), dt == ATTN_F64 ? 1e-12 : 4e-5, "2 dx");
             free(twice);
-            free(w); free(gslab); free(sslab);
-            lt_free(&x); lt_free(&m); lt_free(&dout); lt_free(&out); lt_free(&dx); lt_free(&dm);
+            free(w);
+            free(gslab);
+            free(sslab);
+            lt_free(&x);
+            lt_free(&m);
+            lt_free(&dout);
+            lt_free(&out);
+            lt_free(&dx);
+            lt_free(&dm);
             dfx_free(&d);
             fx_free(fx);
         }
@@ -756,9 +944,11 @@ START_TEST(decoder_step_torch) {
                 ck_assert_int_eq(attn_kv_cache_bind(&mc, &d.cfg.cross, d.B, d.S + 2, mslab, ms),
                                  ATTN_OK);
                 ck_assert_int_eq(attn_decoder_memory(&d.cfg, &d.p, &m.v,
-                                                     d.mem_pad ? d.mem_len : NULL, &mc, NULL, 0),
+                                                     d.mem_pad ? d.mem_len : NULL, &mc, NULL,
+                                                     0),
                                  ATTN_OK);
-                for (int64_t b = 0; b < d.B; ++b) ck_assert_int_eq(mc.len[b], d.mem_len[b]);
+                for (int64_t b = 0; b < d.B; ++b)
+                    ck_assert_int_eq(mc.len[b], d.mem_len[b]);
             }
             /* a 2-token prefill, then one token at a time */
             for (int64_t t0 = 0; t0 < d.T;) {
@@ -780,9 +970,12 @@ START_TEST(decoder_step_torch) {
                 lt_free(&out);
                 t0 += n;
             }
-            for (int64_t b = 0; b < d.B; ++b) ck_assert_int_eq(kc.len[b], d.T);
-            free(cslab); free(mslab);
-            lt_free(&x); lt_free(&m);
+            for (int64_t b = 0; b < d.B; ++b)
+                ck_assert_int_eq(kc.len[b], d.T);
+            free(cslab);
+            free(mslab);
+            lt_free(&x);
+            lt_free(&m);
             dfx_free(&d);
             fx_free(fx);
         }
@@ -797,11 +990,17 @@ START_TEST(decoder_rope_vs_reference) {
         attn_dtype dt = ATTN_F64;
         attn_decoder_config cfg = {
             .self_attn = {.dtype = dt, .d_model = C, .heads = H, .kv_heads = HKV, .bias = true},
-            .cross = {.dtype = dt, .d_model = C, .heads = HC, .kv_heads = 1, .d_head = 4,
-                      .d_kv = CM, .bias = false},
-            .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .act = ATTN_ACT_GELU_TANH,
-                    .bias = true},
-            .norm = (attn_norm_order)norm, .ln_affine = true,
+            .cross = {.dtype = dt,
+                      .d_model = C,
+                      .heads = HC,
+                      .kv_heads = 1,
+                      .d_head = 4,
+                      .d_kv = CM,
+                      .bias = false},
+            .ffn =
+                {.dtype = dt, .d_model = C, .d_ff = F, .act = ATTN_ACT_GELU_TANH, .bias = true},
+            .norm = (attn_norm_order)norm,
+            .ln_affine = true,
             .rope = {.on = true, .style = ATTN_ROPE_HALF}};
         size_t ps = attn_decoder_params_size(&cfg);
         ck_assert_uint_gt(ps, 0);
@@ -813,36 +1012,61 @@ START_TEST(decoder_rope_vs_reference) {
         fill_views(&p.cross.wq, 4, &seed, 0.4);
         fill_views(&p.ffn.w1, 4, &seed, 0.3);
         attn_view *ln[6] = {&p.ln1_g, &p.ln1_b, &p.ln2_g, &p.ln2_b, &p.ln3_g, &p.ln3_b};
-        for (int i = 0; i < 6; ++i) tu_fill(ln[i], &seed, 0.5);
+        for (int i = 0; i < 6; ++i)
+            tu_fill(ln[i], &seed, 0.5);
         ck_assert_int_eq(attn_decoder_param_count(&cfg),
-                         6 * C + (2 * C * H * DH + 2 * C * HKV * DH + H * DH + 2 * HKV * DH + C) +
+                         6 * C +
+                             (2 * C * H * DH + 2 * C * HKV * DH + H * DH + 2 * HKV * DH + C) +
                              (C * HC * 4 + 2 * CM * 4 + HC * 4 * C) + (2 * C * F + F + C));
         lt x = lt_rand(dt, 3, (int64_t[]){B, T, C}, &seed, 1.0);
         lt m = lt_rand(dt, 3, (int64_t[]){B, S, CM}, &seed, 1.0);
         lt out = lt_new(dt, 3, x.v.shape);
         int64_t mem_len[B] = {5, 3};
         attn_sdpa_opts so = {.causal = ATTN_CAUSAL_TOP_LEFT}, co = {.kv_len = mem_len};
-        ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &x.v, &m.v, &so, &co, &out.v, NULL,
-                                              NULL, 0),
-                         ATTN_OK);
+        ck_assert_int_eq(
+            attn_decoder_forward(&cfg, &p, &x.v, &m.v, &so, &co, &out.v, NULL, NULL, 0),
+            ATTN_OK);
         /* the reference, one sequence at a time */
         /* the parameters as row-major doubles, in the reference's order */
-        const attn_view *pv[] = {&p.ln1_g, &p.ln2_g, &p.ln3_g, &p.ln1_b, &p.ln2_b, &p.ln3_b,
-                                 &p.self_attn.wq, &p.self_attn.wk, &p.self_attn.wv,
-                                 &p.self_attn.wo, &p.self_attn.bq, &p.self_attn.bk,
-                                 &p.self_attn.bv, &p.self_attn.bo, &p.cross.wq, &p.cross.wk,
-                                 &p.cross.wv, &p.cross.wo, &p.ffn.w1, &p.ffn.b1, &p.ffn.w2,
-                                 &p.ffn.b2};
+        const attn_view *pv[] = {
+            &p.ln1_g,        &p.ln2_g,        &p.ln3_g,        &p.ln1_b,        &p.ln2_b,
+            &p.ln3_b,        &p.self_attn.wq, &p.self_attn.wk, &p.self_attn.wv, &p.self_attn.wo,
+            &p.self_attn.bq, &p.self_attn.bk, &p.self_attn.bv, &p.self_attn.bo, &p.cross.wq,
+            &p.cross.wk,     &p.cross.wv,     &p.cross.wo,     &p.ffn.w1,       &p.ffn.b1,
+            &p.ffn.w2,       &p.ffn.b2};
         enum { NW = sizeof pv / sizeof *pv };
         double *wt[NW];
         int nw = NW;
-        for (int i = 0; i < NW; ++i) wt[i] = lt_doubles(pv[i]);
-        ref_d_decoder r = {T, S, C, CM, H, HKV, DH, HC, 1, 4, F, norm == 0, true, 0, 1e-5,
-                           true, true, 0, T, 0,
-                           {wt[0], wt[1], wt[2]}, {wt[3], wt[4], wt[5]},
+        for (int i = 0; i < NW; ++i)
+            wt[i] = lt_doubles(pv[i]);
+        ref_d_decoder r = {T,
+                           S,
+                           C,
+                           CM,
+                           H,
+                           HKV,
+                           DH,
+                           HC,
+                           1,
+                           4,
+                           F,
+                           norm == 0,
+                           true,
+                           0,
+                           1e-5,
+                           true,
+                           true,
+                           0,
+                           T,
+                           0,
+                           {wt[0], wt[1], wt[2]},
+                           {wt[3], wt[4], wt[5]},
                            {wt[6], wt[7], wt[8], wt[9], wt[10], wt[11], wt[12], wt[13]},
                            {wt[14], wt[15], wt[16], wt[17], NULL, NULL, NULL, NULL},
-                           wt[18], wt[19], wt[20], wt[21]};
+                           wt[18],
+                           wt[19],
+                           wt[20],
+                           wt[21]};
         double *xd = lt_doubles(&x.v), *md = lt_doubles(&m.v);
         double *want = malloc(sizeof(double) * B * T * C);
         for (int b = 0; b < B; ++b) {
@@ -899,17 +1123,27 @@ START_TEST(decoder_rope_vs_reference) {
         ck_assert_int_eq(mc.len[1], 3);
         lt_free(&mlong);
         free(snap);
-        for (int i = 0; i < nw; ++i) free(wt[i]);
-        free(xd); free(md); free(want);
-        free(pslab); free(cslab); free(mslab);
-        lt_free(&x); lt_free(&m); lt_free(&out); lt_free(&o1); lt_free(&o1s);
+        for (int i = 0; i < nw; ++i)
+            free(wt[i]);
+        free(xd);
+        free(md);
+        free(want);
+        free(pslab);
+        free(cslab);
+        free(mslab);
+        lt_free(&x);
+        lt_free(&m);
+        lt_free(&out);
+        lt_free(&o1);
+        lt_free(&o1s);
     }
 }
 END_TEST
 
 START_TEST(decoder_config_and_errors) {
     attn_decoder_config c = {.self_attn = {.dtype = ATTN_F64, .d_model = 8, .heads = 2},
-                             .ffn = {.dtype = ATTN_F64, .d_model = 8, .d_ff = 16}}, r;
+                             .ffn = {.dtype = ATTN_F64, .d_model = 8, .d_ff = 16}},
+                        r;
     ck_assert_int_eq(attn_decoder_config_resolve(&c, &r), ATTN_OK);
     ck_assert(r.eps == 1e-5);
     ck_assert_int_eq(r.cross.heads, 0);
@@ -947,29 +1181,36 @@ START_TEST(decoder_config_and_errors) {
     uint64_t seed = 8;
     lt x = lt_rand(ATTN_F64, 3, (int64_t[]){2, 3, 8}, &seed, 1.0);
     lt m = lt_rand(ATTN_F64, 3, (int64_t[]){2, 3, 8}, &seed, 1.0);
-    lt out = lt_new(ATTN_F64, 3, (int64_t[]){2, 3, 8}), out0 = lt_new(ATTN_F64, 3, (int64_t[]){2, 3, 8});
+    lt out = lt_new(ATTN_F64, 3, (int64_t[]){2, 3, 8}),
+       out0 = lt_new(ATTN_F64, 3, (int64_t[]){2, 3, 8});
     tu_fill(&out.v, &seed, 9.0);
     memcpy(out0.mem, out.mem, sizeof(double) * 48);
-    ck_assert_int_eq(attn_decoder_forward(&c, &p, &x.v, &m.v, NULL, NULL, &out.v, NULL, NULL, 0),
-                     ATTN_EINVAL); /* a memory without cross-attention */
+    ck_assert_int_eq(
+        attn_decoder_forward(&c, &p, &x.v, &m.v, NULL, NULL, &out.v, NULL, NULL, 0),
+        ATTN_EINVAL); /* a memory without cross-attention */
     ck_assert_int_eq(attn_decoder_forward(&c, &p, &x.v, NULL, NULL, NULL, &x.v, NULL, NULL, 0),
                      ATTN_EALIAS);
     attn_decoder_params p2 = p;
     p2.ffn.w1.shape[1] = 15;
-    ck_assert_int_eq(attn_decoder_forward(&c, &p2, &x.v, NULL, NULL, NULL, &out.v, NULL, NULL, 0),
-                     ATTN_ESHAPE);
+    ck_assert_int_eq(
+        attn_decoder_forward(&c, &p2, &x.v, NULL, NULL, NULL, &out.v, NULL, NULL, 0),
+        ATTN_ESHAPE);
     int64_t kl[2] = {3, 4};
     attn_sdpa_opts bad = {.kv_len = kl};
-    ck_assert_int_eq(attn_decoder_forward(&c, &p, &x.v, NULL, &bad, NULL, &out.v, NULL, NULL, 0),
-                     ATTN_ERANGE);
+    ck_assert_int_eq(
+        attn_decoder_forward(&c, &p, &x.v, NULL, &bad, NULL, &out.v, NULL, NULL, 0),
+        ATTN_ERANGE);
     ck_assert_int_eq(memcmp(out.mem, out0.mem, sizeof(double) * 48), 0);
     ck_assert_int_eq(attn_decoder_backward(&c, &p, &x.v, NULL, NULL, NULL, NULL, &out.v, NULL,
                                            NULL, NULL, NULL, 0),
                      ATTN_EINVAL); /* no saved */
-    ck_assert_int_eq(attn_decoder_forward(&c, &p, &x.v, NULL, NULL, NULL, &out.v, NULL, NULL, 0),
-                     ATTN_OK);
+    ck_assert_int_eq(
+        attn_decoder_forward(&c, &p, &x.v, NULL, NULL, NULL, &out.v, NULL, NULL, 0), ATTN_OK);
     free(pslab);
-    lt_free(&x); lt_free(&m); lt_free(&out); lt_free(&out0);
+    lt_free(&x);
+    lt_free(&m);
+    lt_free(&out);
+    lt_free(&out0);
 }
 END_TEST
 
@@ -985,7 +1226,8 @@ START_TEST(no_alloc_with_workspace) {
         .self_attn = {.dtype = ATTN_F64, .d_model = C, .heads = H, .bias = true},
         .cross = {.dtype = ATTN_F64, .d_model = C, .heads = H, .bias = true},
         .ffn = {.dtype = ATTN_F64, .d_model = C, .d_ff = 16, .bias = true},
-        .ln_affine = true, .rope = {.on = true}};
+        .ln_affine = true,
+        .rope = {.on = true}};
     size_t ps = attn_decoder_params_size(&cfg);
     void *pslab = slab_new(ps);
     attn_decoder_params p;
@@ -994,7 +1236,8 @@ START_TEST(no_alloc_with_workspace) {
     fill_views(&p.self_attn.wq, 8, &seed, 0.4);
     fill_views(&p.cross.wq, 8, &seed, 0.4);
     fill_views(&p.ffn.w1, 4, &seed, 0.4);
-    size_t cs = attn_kv_cache_size(&cfg.self_attn, B, T), ms = attn_kv_cache_size(&cfg.cross, B, S);
+    size_t cs = attn_kv_cache_size(&cfg.self_attn, B, T),
+           ms = attn_kv_cache_size(&cfg.cross, B, S);
     void *cslab = slab_new(cs), *mslab = slab_new(ms);
     attn_kv_cache kc, mc;
     ck_assert_int_eq(attn_kv_cache_bind(&kc, &cfg.self_attn, B, T, cslab, cs), ATTN_OK);
@@ -1006,7 +1249,8 @@ START_TEST(no_alloc_with_workspace) {
     size_t mw = attn_decoder_memory_workspace_size(&cfg, &m.v, &mc);
     ck_assert_uint_gt(mw, 0);
     void *w = malloc(mw);
-    ck_assert_int_eq(attn_decoder_memory(&cfg, &p, &m.v, NULL, &mc, w, mw - 1), ATTN_EWORKSPACE);
+    ck_assert_int_eq(attn_decoder_memory(&cfg, &p, &m.v, NULL, &mc, w, mw - 1),
+                     ATTN_EWORKSPACE);
     a0 = dc_allocs;
     ck_assert_int_eq(attn_decoder_memory(&cfg, &p, &m.v, NULL, &mc, w, mw), ATTN_OK);
     ck_assert_int_eq(dc_allocs, a0);
@@ -1026,7 +1270,8 @@ START_TEST(no_alloc_with_workspace) {
     /* without a workspace the call allocates (so the hook is live) */
     kc.len[0] = kc.len[1] = 0;
     a0 = dc_allocs;
-    ck_assert_int_eq(attn_decoder_step(&cfg, &p, NULL, &x.v, &kc, &mc, &out.v, NULL, 0), ATTN_OK);
+    ck_assert_int_eq(attn_decoder_step(&cfg, &p, NULL, &x.v, &kc, &mc, &out.v, NULL, 0),
+                     ATTN_OK);
     ck_assert_int_gt(dc_allocs, a0);
     free(w);
     /* the MHA step and the decode kernel likewise */
@@ -1034,8 +1279,8 @@ START_TEST(no_alloc_with_workspace) {
     sw = attn_mha_step_workspace_size(&cfg.self_attn, &x.v, &kc, NULL);
     w = malloc(sw);
     a0 = dc_allocs;
-    ck_assert_int_eq(attn_mha_step(&cfg.self_attn, &p.self_attn, NULL, &x.v, &kc, &out.v, w, sw),
-                     ATTN_OK);
+    ck_assert_int_eq(
+        attn_mha_step(&cfg.self_attn, &p.self_attn, NULL, &x.v, &kc, &out.v, w, sw), ATTN_OK);
     ck_assert_int_eq(dc_allocs, a0);
     free(w);
     attn_view q;
@@ -1044,21 +1289,22 @@ START_TEST(no_alloc_with_workspace) {
     q = qs.v;
     size_t dw = attn_sdpa_decode_workspace_size(&q, &kc.k, &kc.v, NULL);
     w = malloc(dw);
-    ck_assert_int_eq(attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL, w,
-                                      dw - 1),
-                     ATTN_EWORKSPACE);
+    ck_assert_int_eq(
+        attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL, w, dw - 1),
+        ATTN_EWORKSPACE);
     a0 = dc_allocs;
     ck_assert_int_eq(attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL, w, dw),
                      ATTN_OK);
     ck_assert_int_eq(dc_allocs, a0);
     /* a workspace that overlaps an operand is refused */
-    ck_assert_int_eq(attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL,
-                                      kc.k.data, dw),
-                     ATTN_EALIAS);
+    ck_assert_int_eq(
+        attn_sdpa_decode(&q, &kc.k, &kc.v, kc.len, true, NULL, &os.v, NULL, kc.k.data, dw),
+        ATTN_EALIAS);
     free(w);
     /* forward and backward: exact queries */
     lt xf = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
-    lt of = lt_new(ATTN_F64, 3, (int64_t[]){B, T, C}), dof = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
+    lt of = lt_new(ATTN_F64, 3, (int64_t[]){B, T, C}),
+       dof = lt_rand(ATTN_F64, 3, (int64_t[]){B, T, C}, &seed, 1.0);
     lt dxf = lt_new(ATTN_F64, 3, (int64_t[]){B, T, C});
     attn_sdpa_opts causal = {.causal = ATTN_CAUSAL_TOP_LEFT};
     size_t fw = attn_decoder_workspace_size(&cfg, &xf.v, &m.v, &causal, NULL);
@@ -1068,11 +1314,11 @@ START_TEST(no_alloc_with_workspace) {
     attn_decoder_saved sv;
     ck_assert_int_eq(attn_decoder_saved_bind(&sv, &cfg, B, T, S, sslab, ss), ATTN_OK);
     w = malloc(fw);
-    ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &of.v, &sv, w,
-                                          fw - 1),
-                     ATTN_EWORKSPACE);
-    ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &of.v, &sv, w, fw),
-                     ATTN_OK);
+    ck_assert_int_eq(
+        attn_decoder_forward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &of.v, &sv, w, fw - 1),
+        ATTN_EWORKSPACE);
+    ck_assert_int_eq(
+        attn_decoder_forward(&cfg, &p, &xf.v, &m.v, &causal, NULL, &of.v, &sv, w, fw), ATTN_OK);
     free(w);
     size_t bw = attn_decoder_backward_workspace_size(&cfg, &xf.v, &m.v, &causal, NULL);
     ck_assert_uint_gt(bw, 0);
@@ -1086,9 +1332,19 @@ START_TEST(no_alloc_with_workspace) {
                      ATTN_OK);
     ck_assert_int_eq(dc_allocs, a0);
     free(w);
-    free(pslab); free(cslab); free(mslab); free(sslab);
-    lt_free(&m); lt_free(&x); lt_free(&out); lt_free(&qs); lt_free(&os); lt_free(&xf);
-    lt_free(&of); lt_free(&dof); lt_free(&dxf);
+    free(pslab);
+    free(cslab);
+    free(mslab);
+    free(sslab);
+    lt_free(&m);
+    lt_free(&x);
+    lt_free(&out);
+    lt_free(&qs);
+    lt_free(&os);
+    lt_free(&xf);
+    lt_free(&of);
+    lt_free(&dof);
+    lt_free(&dxf);
 }
 END_TEST
 
@@ -1102,7 +1358,8 @@ static double dec_loss(const attn_decoder_config *c, const attn_decoder_params *
     ck_assert_int_eq(attn_decoder_forward(c, p, x, NULL, &causal, NULL, &out.v, NULL, NULL, 0),
                      ATTN_OK);
     double s = 0, *o = out.mem;
-    for (int64_t i = 0; i < tu_numel(x); ++i) s += o[i] * ((double *)dout->data)[i];
+    for (int64_t i = 0; i < tu_numel(x); ++i)
+        s += o[i] * ((double *)dout->data)[i];
     lt_free(&out);
     return s;
 }
@@ -1111,10 +1368,15 @@ START_TEST(decoder_backward_rope_fd) {
     enum { B = 1, T = 5, C = 8, H = 2 };
     for (int norm = 0; norm < 2; ++norm) {
         attn_decoder_config cfg = {
-            .self_attn = {.dtype = ATTN_F64, .d_model = C, .heads = H, .kv_heads = 1, .bias = true},
-            .ffn = {.dtype = ATTN_F64, .d_model = C, .d_ff = 12, .act = ATTN_ACT_GELU_ERF,
+            .self_attn =
+                {.dtype = ATTN_F64, .d_model = C, .heads = H, .kv_heads = 1, .bias = true},
+            .ffn = {.dtype = ATTN_F64,
+                    .d_model = C,
+                    .d_ff = 12,
+                    .act = ATTN_ACT_GELU_ERF,
                     .bias = true},
-            .norm = (attn_norm_order)norm, .ln_affine = true,
+            .norm = (attn_norm_order)norm,
+            .ln_affine = true,
             .rope = {.on = true, .style = ATTN_ROPE_INTERLEAVED, .base = 100}};
         size_t ps = attn_decoder_params_size(&cfg);
         void *pslab = slab_new(ps), *gslab = slab_new(ps);
@@ -1134,16 +1396,20 @@ START_TEST(decoder_backward_rope_fd) {
         attn_decoder_saved sv;
         ck_assert_int_eq(attn_decoder_saved_bind(&sv, &cfg, B, T, 0, sslab, ss), ATTN_OK);
         attn_sdpa_opts causal = {.causal = ATTN_CAUSAL_TOP_LEFT};
-        ck_assert_int_eq(attn_decoder_forward(&cfg, &p, &x.v, NULL, &causal, NULL, &out.v, &sv,
-                                              NULL, 0),
-                         ATTN_OK);
-        ck_assert_int_eq(attn_decoder_backward(&cfg, &p, &x.v, NULL, &causal, NULL, &sv, &dout.v,
-                                               &dx.v, NULL, &g, NULL, 0),
+        ck_assert_int_eq(
+            attn_decoder_forward(&cfg, &p, &x.v, NULL, &causal, NULL, &out.v, &sv, NULL, 0),
+            ATTN_OK);
+        ck_assert_int_eq(attn_decoder_backward(&cfg, &p, &x.v, NULL, &causal, NULL, &sv,
+                                               &dout.v, &dx.v, NULL, &g, NULL, 0),
                          ATTN_OK);
         /* every element of x, wq, wk (the rotated projections) and ln1_g */
-        struct { attn_view *v, *gv; const char *name; } ts[] = {
-            {&x.v, &dx.v, "dx"}, {&p.self_attn.wq, &g.self_attn.wq, "dwq"},
-            {&p.self_attn.wk, &g.self_attn.wk, "dwk"}, {&p.ln1_g, &g.ln1_g, "dln1_g"}};
+        struct {
+            attn_view *v, *gv;
+            const char *name;
+        } ts[] = {{&x.v, &dx.v, "dx"},
+                  {&p.self_attn.wq, &g.self_attn.wq, "dwq"},
+                  {&p.self_attn.wk, &g.self_attn.wk, "dwk"},
+                  {&p.ln1_g, &g.ln1_g, "dln1_g"}};
         for (size_t ti = 0; ti < sizeof ts / sizeof *ts; ++ti) {
             int64_t idx[4] = {0};
             do {
@@ -1160,15 +1426,23 @@ START_TEST(decoder_backward_rope_fd) {
                               (long long)idx[2], norm, an, fd);
             } while (tu_inc(idx, ts[ti].v->shape, ts[ti].v->ndim));
         }
-        free(pslab); free(gslab); free(sslab);
-        lt_free(&x); lt_free(&dout); lt_free(&out); lt_free(&dx);
+        free(pslab);
+        free(gslab);
+        free(sslab);
+        lt_free(&x);
+        lt_free(&dout);
+        lt_free(&out);
+        lt_free(&dx);
     }
 }
 END_TEST
 
 int main(void) {
     Suite *s = suite_create("decode");
-    struct { const char *tc; const TTest *t; } tests[] = {
+    struct {
+        const char *tc;
+        const TTest *t;
+    } tests[] = {
         {"attn_kv_cache", kv_bind_and_check},
         {"attn_mha_step", step_vs_reference},
         {"attn_mha_step", step_equals_recompute},

@@ -51,7 +51,7 @@ extern "C" {
  */
 typedef struct attn_kv_cache {
     attn_view k, v; /* (B, Hkv, Tmax, D) */
-    int64_t  *len;  /* (B) */
+    int64_t *len;   /* (B) */
 } attn_kv_cache;
 
 /**
@@ -71,8 +71,7 @@ ATTN_API size_t attn_kv_cache_size(const attn_mha_config *cfg, int64_t B, int64_
  * small); on error *cache is untouched. Since 0.2.
  */
 ATTN_API attn_status attn_kv_cache_bind(attn_kv_cache *cache, const attn_mha_config *cfg,
-                                        int64_t B, int64_t Tmax, void *slab,
-                                        size_t slab_size);
+                                        int64_t B, int64_t Tmax, void *slab, size_t slab_size);
 
 /**
  * Check a cache against cfg: k and v valid views of cfg's dtype (ATTN_EDTYPE)
@@ -88,22 +87,22 @@ ATTN_API attn_status attn_kv_cache_check(const attn_kv_cache *cache,
 
 /** RoPE on the queries and keys of a self-attention (all-zero: no RoPE). */
 typedef struct attn_rope_config {
-    bool            on;
+    bool on;
     attn_rope_style style;
-    double          base; /* 0 -> 10000 */
+    double base; /* 0 -> 10000 */
 } attn_rope_config;
 
 /** Options of a cached step; all-zero means the defaults. New fields only at the end. */
 typedef struct attn_step_opts {
-    double           scale;   /* 0 -> 1/sqrt(D); every attention of the call */
-    const attn_view *keep;    /* U8 (B|1, H|1, Tq, Tmax), 1 = may attend; key index is
-                                 the absolute position in the cache (self-attention only) */
-    const attn_view *bias;    /* additive, same broadcasting and indexing as keep */
-    const int64_t   *n_new;   /* (B) new tokens of batch b, 0 <= n_new[b] <= Tq: rows
-                                 n_new[b].. of x are padding; NULL = Tq for every batch */
-    attn_rope_config rope;    /* attn_mha_step only (a decoder takes it from its config) */
-    int              threads; /* >= 0; 0 -> OpenMP's default team */
-    int64_t          split;   /* keys per split of the decode kernel; 0 -> automatic */
+    double scale;          /* 0 -> 1/sqrt(D); every attention of the call */
+    const attn_view *keep; /* U8 (B|1, H|1, Tq, Tmax), 1 = may attend; key index is
+                              the absolute position in the cache (self-attention only) */
+    const attn_view *bias; /* additive, same broadcasting and indexing as keep */
+    const int64_t *n_new;  /* (B) new tokens of batch b, 0 <= n_new[b] <= Tq: rows
+                              n_new[b].. of x are padding; NULL = Tq for every batch */
+    attn_rope_config rope; /* attn_mha_step only (a decoder takes it from its config) */
+    int threads;           /* >= 0; 0 -> OpenMP's default team */
+    int64_t split;         /* keys per split of the decode kernel; 0 -> automatic */
 } attn_step_opts;
 
 /**
@@ -178,8 +177,7 @@ ATTN_API attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k,
 
 /** Bytes of workspace attn_sdpa_decode needs (0 when invalid). Since 0.2. */
 ATTN_API size_t attn_sdpa_decode_workspace_size(const attn_view *q, const attn_view *k,
-                                                const attn_view *v,
-                                                const attn_step_opts *opts);
+                                                const attn_view *v, const attn_step_opts *opts);
 
 /* ---- the decoder block ------------------------------------------------------ */
 
@@ -190,22 +188,22 @@ ATTN_API size_t attn_sdpa_decode_workspace_size(const attn_view *q, const attn_v
  * decoder-only (GPT-style) block, whose ln2 is unused.
  */
 typedef struct attn_decoder_config {
-    attn_mha_config  self_attn;  /* d_kv must be d_model */
-    attn_mha_config  cross;      /* d_model must be self_attn's; d_kv = Cm (0 -> C) */
-    attn_ffn_config  ffn;        /* dtype and d_model must be self_attn's */
-    double           eps;        /* LayerNorm eps; 0 -> 1e-5 */
-    attn_norm_order  norm;       /* PRE: norm_first=True; POST: PyTorch's default */
-    bool             ln_affine;  /* LayerNorm gamma/beta present */
-    attn_rope_config rope;       /* RoPE in the self-attention (not in PyTorch's layer) */
+    attn_mha_config self_attn; /* d_kv must be d_model */
+    attn_mha_config cross;     /* d_model must be self_attn's; d_kv = Cm (0 -> C) */
+    attn_ffn_config ffn;       /* dtype and d_model must be self_attn's */
+    double eps;                /* LayerNorm eps; 0 -> 1e-5 */
+    attn_norm_order norm;      /* PRE: norm_first=True; POST: PyTorch's default */
+    bool ln_affine;            /* LayerNorm gamma/beta present */
+    attn_rope_config rope;     /* RoPE in the self-attention (not in PyTorch's layer) */
 } attn_decoder_config;
 
 typedef struct attn_decoder_params {
-    attn_view       ln1_g, ln1_b; /* (C) (C): PyTorch norm1; unused without ln_affine */
+    attn_view ln1_g, ln1_b; /* (C) (C): PyTorch norm1; unused without ln_affine */
     attn_mha_params self_attn;
-    attn_view       ln2_g, ln2_b; /* norm2 */
-    attn_mha_params cross;        /* PyTorch multihead_attn; unused without cross */
-    attn_view       ln3_g, ln3_b; /* norm3 */
-    attn_ffn_params ffn;          /* linear1, linear2 */
+    attn_view ln2_g, ln2_b; /* norm2 */
+    attn_mha_params cross;  /* PyTorch multihead_attn; unused without cross */
+    attn_view ln3_g, ln3_b; /* norm3 */
+    attn_ffn_params ffn;    /* linear1, linear2 */
 } attn_decoder_params;
 
 /**
@@ -240,13 +238,13 @@ ATTN_API int64_t attn_decoder_param_count(const attn_decoder_config *cfg);
  * sums), and ln_out[2] is the output.
  */
 typedef struct attn_decoder_saved {
-    attn_view ln_in[3], ln_out[3];  /* (B, T, C) */
-    attn_view mean[3], rstd[3];     /* (B, T) */
-    attn_view sq, sk, sv, sconcat;  /* (B, T, H*D), (B, T, Hkv*D) x2, (B, T, H*D) */
-    attn_view slse;                 /* (B, H, T) */
-    attn_view cq, ck, cv, cconcat;  /* (B, T, H'*D'), (B, S, Hkv'*D') x2, (B, T, H'*D') */
-    attn_view clse;                 /* (B, H', T) */
-    attn_view hid_pre, hid;         /* (B, T, F) */
+    attn_view ln_in[3], ln_out[3]; /* (B, T, C) */
+    attn_view mean[3], rstd[3];    /* (B, T) */
+    attn_view sq, sk, sv, sconcat; /* (B, T, H*D), (B, T, Hkv*D) x2, (B, T, H*D) */
+    attn_view slse;                /* (B, H, T) */
+    attn_view cq, ck, cv, cconcat; /* (B, T, H'*D'), (B, S, Hkv'*D') x2, (B, T, H'*D') */
+    attn_view clse;                /* (B, H', T) */
+    attn_view hid_pre, hid;        /* (B, T, F) */
 } attn_decoder_saved;
 
 /** Bytes of a saved slab for (B, T, S) (S ignored without cross); 0 if invalid. Since 0.2. */
@@ -279,13 +277,10 @@ ATTN_API attn_status attn_decoder_saved_bind(attn_decoder_saved *saved,
  * Returns ATTN_OK and the statuses of attn_decoder_config_resolve,
  * attn_mha_forward and attn_ffn_forward. Since 0.2.
  */
-ATTN_API attn_status attn_decoder_forward(const attn_decoder_config *cfg,
-                                          const attn_decoder_params *p, const attn_view *x,
-                                          const attn_view *memory,
-                                          const attn_sdpa_opts *self_opts,
-                                          const attn_sdpa_opts *cross_opts, attn_view *out,
-                                          const attn_decoder_saved *saved, void *work,
-                                          size_t work_size);
+ATTN_API attn_status attn_decoder_forward(
+    const attn_decoder_config *cfg, const attn_decoder_params *p, const attn_view *x,
+    const attn_view *memory, const attn_sdpa_opts *self_opts, const attn_sdpa_opts *cross_opts,
+    attn_view *out, const attn_decoder_saved *saved, void *work, size_t work_size);
 /** Bytes of workspace attn_decoder_forward needs (0 when invalid). Since 0.2. */
 ATTN_API size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
                                             const attn_view *memory,
@@ -300,15 +295,11 @@ ATTN_API size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, cons
  * attn_decoder_backward_workspace_size; NULL/0 allocates. Statuses as
  * attn_decoder_forward (ATTN_EINVAL for saved NULL). Since 0.2.
  */
-ATTN_API attn_status attn_decoder_backward(const attn_decoder_config *cfg,
-                                           const attn_decoder_params *p, const attn_view *x,
-                                           const attn_view *memory,
-                                           const attn_sdpa_opts *self_opts,
-                                           const attn_sdpa_opts *cross_opts,
-                                           const attn_decoder_saved *saved,
-                                           const attn_view *dout, attn_view *dx,
-                                           attn_view *dmemory, attn_decoder_params *grads,
-                                           void *work, size_t work_size);
+ATTN_API attn_status attn_decoder_backward(
+    const attn_decoder_config *cfg, const attn_decoder_params *p, const attn_view *x,
+    const attn_view *memory, const attn_sdpa_opts *self_opts, const attn_sdpa_opts *cross_opts,
+    const attn_decoder_saved *saved, const attn_view *dout, attn_view *dx, attn_view *dmemory,
+    attn_decoder_params *grads, void *work, size_t work_size);
 /** Bytes of workspace attn_decoder_backward needs (0 when invalid). Since 0.2. */
 ATTN_API size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg,
                                                      const attn_view *x,
@@ -328,9 +319,9 @@ ATTN_API size_t attn_decoder_backward_workspace_size(const attn_decoder_config *
  * ATTN_ENOMEM. Workspace: attn_decoder_memory_workspace_size. Since 0.2.
  */
 ATTN_API attn_status attn_decoder_memory(const attn_decoder_config *cfg,
-                                         const attn_decoder_params *p,
-                                         const attn_view *memory, const int64_t *mem_len,
-                                         attn_kv_cache *mem, void *work, size_t work_size);
+                                         const attn_decoder_params *p, const attn_view *memory,
+                                         const int64_t *mem_len, attn_kv_cache *mem, void *work,
+                                         size_t work_size);
 /** Bytes of workspace attn_decoder_memory needs (0 when invalid). Since 0.2. */
 ATTN_API size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cfg,
                                                    const attn_view *memory,
@@ -350,10 +341,10 @@ ATTN_API size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cf
  * attn_decoder_step_workspace_size. Since 0.2.
  */
 ATTN_API attn_status attn_decoder_step(const attn_decoder_config *cfg,
-                                       const attn_decoder_params *p,
-                                       const attn_step_opts *opts, const attn_view *x,
-                                       attn_kv_cache *self_cache, const attn_kv_cache *mem,
-                                       attn_view *out, void *work, size_t work_size);
+                                       const attn_decoder_params *p, const attn_step_opts *opts,
+                                       const attn_view *x, attn_kv_cache *self_cache,
+                                       const attn_kv_cache *mem, attn_view *out, void *work,
+                                       size_t work_size);
 /** Bytes of workspace attn_decoder_step needs (0 when invalid). Since 0.2. */
 ATTN_API size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg,
                                                  const attn_view *x,

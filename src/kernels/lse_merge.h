@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The lse merge of partial attention results: one routine for split-KV decode and ring attention. */
+/* The lse merge of partial attention results: one routine for split-KV decode and ring
+ * attention. */
 #ifndef ATTN_LSE_MERGE_H
 #define ATTN_LSE_MERGE_H
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Split-KV decode: a few queries against a long KV cache, one memory-bound pass, lse-merged splits. */
+/* Split-KV decode: a few queries against a long KV cache, one memory-bound pass, lse-merged
+ * splits. */
 
 /* No -ffast-math (masks rely on -inf); only FP exception flags are given up, as in vexp.c. */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -19,7 +20,7 @@
 #endif
 
 /* One build for every x86-64 CPU: the K and V loops get AVX2 / AVX-512 clones (vexp.c). */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
     (!defined(__clang__) || __clang_major__ >= 15)
 #define DEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
@@ -150,9 +151,14 @@ static attn_status decode_prepare(const attn_view *q, const attn_view *k, const 
     if (o->keep || o->bias || o->n_new || o->rope.on || !isfinite(o->scale) || o->threads < 0 ||
         o->split < 0)
         return ATTN_EINVAL;
-    attn__decode_plan t = {.dt = q->dtype, .B = q->shape[0], .H = q->shape[1],
-                           .Tq = q->shape[2], .D = q->shape[3], .Hkv = k->shape[1],
-                           .Tmax = k->shape[2], .split = o->split};
+    attn__decode_plan t = {.dt = q->dtype,
+                           .B = q->shape[0],
+                           .H = q->shape[1],
+                           .Tq = q->shape[2],
+                           .D = q->shape[3],
+                           .Hkv = k->shape[1],
+                           .Tmax = k->shape[2],
+                           .split = o->split};
     for (int d = 0; d < 4; ++d)
         if (k->shape[d] != v->shape[d])
             return ATTN_ESHAPE;

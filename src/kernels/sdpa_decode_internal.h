@@ -14,16 +14,16 @@
  */
 typedef struct attn__decode_plan {
     attn_dtype dt;
-    int64_t    B, H, Hkv, G, Tq, D, Tmax;
-    double     scale;
-    bool       causal;
+    int64_t B, H, Hkv, G, Tq, D, Tmax;
+    double scale;
+    bool causal;
     const int64_t *klen, *qpos0, *nrows; /* (B) each; qpos0 only with causal; nrows NULL = Tq */
-    bool       has_keep, has_bias;
-    attn_view  keep, bias;
-    int        threads;   /* attn's threads for this call (resolved, >= 1) */
-    int64_t    split;     /* keys per split requested (0 = automatic) */
-    int64_t    nsplit;    /* splits per (b, kv head), the most any call of this plan uses */
-    size_t     per_thread, off_part, off_lse, off_pos, total; /* off_pos: (B) int64 */
+    bool has_keep, has_bias;
+    attn_view keep, bias;
+    int threads;    /* attn's threads for this call (resolved, >= 1) */
+    int64_t split;  /* keys per split requested (0 = automatic) */
+    int64_t nsplit; /* splits per (b, kv head), the most any call of this plan uses */
+    size_t per_thread, off_part, off_lse, off_pos, total; /* off_pos: (B) int64 */
 } attn__decode_plan;
 
 /* Rows of queries (G heads x Tq) one task handles together: above this, use attn_sdpa. */
@@ -40,6 +40,7 @@ ATTN_HIDDEN attn_status attn__decode_layout(attn__decode_plan *p, int requested_
 /* Run a laid-out plan: q (B, H, Tq, D), out (B, H, Tq, D), lse (B, H, Tq) or NULL. */
 ATTN_HIDDEN attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q,
                                          const attn_view *k, const attn_view *v,
-                                         const attn_view *out, const attn_view *lse, void *work);
+                                         const attn_view *out, const attn_view *lse,
+                                         void *work);
 
 #endif

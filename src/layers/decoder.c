@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* The decoder block (nn.TransformerDecoderLayer): whole-sequence forward and backward, cached steps. */
+/* The decoder block (nn.TransformerDecoderLayer): whole-sequence forward and backward, cached
+ * steps. */
 #include <math.h>
 #include <string.h>
 
 #include "layers/decode_internal.h"
 
 /* A trusted run inside a body: only in the running pass. */
-#define RUN(call)                        \
-    do {                                 \
-        if (attn__plan_running(pl))      \
-            call;                        \
+#define RUN(call)                                                                              \
+    do {                                                                                       \
+        if (attn__plan_running(pl))                                                            \
+            call;                                                                              \
     } while (0)
 
 static const attn_sdpa_opts no_sdpa_opts;
@@ -49,7 +50,8 @@ attn_status attn_decoder_config_resolve(const attn_decoder_config *cfg,
 }
 
 static size_t ln_bytes(const attn_decoder_config *c) {
-    size_t one = attn__align64(attn_dtype_size(c->self_attn.dtype) * (size_t)c->self_attn.d_model);
+    size_t one =
+        attn__align64(attn_dtype_size(c->self_attn.dtype) * (size_t)c->self_attn.d_model);
     return c->ln_affine ? 2 * one : 0;
 }
 
@@ -120,7 +122,8 @@ static attn_status check_params(const attn_decoder_config *c, const attn_decoder
     attn_dtype dt = c->self_attn.dtype;
     int64_t C = c->self_attn.d_model;
     if (c->ln_affine) {
-        const attn_view *v[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
+        const attn_view *v[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g,
+                                 &p->ln2_b, &p->ln3_g, &p->ln3_b};
         for (int i = 0; i < 6; ++i)
             if (i / 2 != 1 || has_cross(c))
                 ATTN_TRY(attn__want(v[i], dt, 1, &C));
@@ -171,12 +174,30 @@ static void saved_shapes(const attn_decoder_config *c, int64_t B, int64_t T, int
     int64_t KD = c->self_attn.kv_heads * c->self_attn.d_head;
     int64_t HC = c->cross.heads * c->cross.d_head, KC = c->cross.kv_heads * c->cross.d_head;
     bool x = has_cross(c);
-    int64_t s[NSAVED][3] = {{B, T, C},  {B, T, C}, {B, T, C}, {B, T, C},  {B, T, C},
-                            {B, T, C},  {B, T, 0}, {B, T, 0}, {B, T, 0},  {B, T, 0},
-                            {B, T, 0},  {B, T, 0}, {B, T, HD}, {B, T, KD}, {B, T, KD},
-                            {B, T, HD}, {B, c->self_attn.heads, T},
-                            {B, T, HC}, {B, S, KC}, {B, S, KC}, {B, T, HC},
-                            {B, c->cross.heads, T}, {B, T, c->ffn.d_ff}, {B, T, c->ffn.d_ff}};
+    int64_t s[NSAVED][3] = {{B, T, C},
+                            {B, T, C},
+                            {B, T, C},
+                            {B, T, C},
+                            {B, T, C},
+                            {B, T, C},
+                            {B, T, 0},
+                            {B, T, 0},
+                            {B, T, 0},
+                            {B, T, 0},
+                            {B, T, 0},
+                            {B, T, 0},
+                            {B, T, HD},
+                            {B, T, KD},
+                            {B, T, KD},
+                            {B, T, HD},
+                            {B, c->self_attn.heads, T},
+                            {B, T, HC},
+                            {B, S, KC},
+                            {B, S, KC},
+                            {B, T, HC},
+                            {B, c->cross.heads, T},
+                            {B, T, c->ffn.d_ff},
+                            {B, T, c->ffn.d_ff}};
     memcpy(sh, s, sizeof s);
     for (int i = 0; i < NSAVED; ++i)
         nd[i] = (i >= 6 && i < 12) ? 2 : 3;
@@ -188,11 +209,11 @@ static void saved_shapes(const attn_decoder_config *c, int64_t B, int64_t T, int
 }
 
 static attn_view *saved_slot(attn_decoder_saved *s, int i) {
-    attn_view *v[NSAVED] = {&s->ln_in[0], &s->ln_in[1], &s->ln_in[2], &s->ln_out[0],
-                            &s->ln_out[1], &s->ln_out[2], &s->mean[0], &s->mean[1],
-                            &s->mean[2], &s->rstd[0], &s->rstd[1], &s->rstd[2], &s->sq, &s->sk,
-                            &s->sv, &s->sconcat, &s->slse, &s->cq, &s->ck, &s->cv, &s->cconcat,
-                            &s->clse, &s->hid_pre, &s->hid};
+    attn_view *v[NSAVED] = {
+        &s->ln_in[0], &s->ln_in[1], &s->ln_in[2], &s->ln_out[0], &s->ln_out[1], &s->ln_out[2],
+        &s->mean[0],  &s->mean[1],  &s->mean[2],  &s->rstd[0],   &s->rstd[1],   &s->rstd[2],
+        &s->sq,       &s->sk,       &s->sv,       &s->sconcat,   &s->slse,      &s->cq,
+        &s->ck,       &s->cv,       &s->cconcat,  &s->clse,      &s->hid_pre,   &s->hid};
     return v[i];
 }
 
@@ -265,8 +286,8 @@ static attn_status check_saved(const attn_decoder_config *c, const attn_decoder_
     saved_shapes(c, B, T, S, sh, nd);
     for (int i = 0; i < NSAVED; ++i)
         if (nd[i])
-            ATTN_TRY(attn__want(saved_slot((attn_decoder_saved *)s, i), c->self_attn.dtype, nd[i],
-                                sh[i]));
+            ATTN_TRY(attn__want(saved_slot((attn_decoder_saved *)s, i), c->self_attn.dtype,
+                                nd[i], sh[i]));
     return ATTN_OK;
 }
 
@@ -295,16 +316,17 @@ typedef struct att_save {
  * (RoPE at positions 0.. when rope is on).
  */
 static attn_status att_fwd(const attn_mha_config *c, const attn_mha_params *p,
-                           const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *opts,
-                           const attn_rope_config *rope, attn_view *out, att_save sv,
-                           attn__plan *pl) {
+                           const attn_view *xq, const attn_view *xkv,
+                           const attn_sdpa_opts *opts, const attn_rope_config *rope,
+                           attn_view *out, att_save sv, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
     attn_view Q = sv.q ? *sv.q : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
     attn_view K = sv.k ? *sv.k : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
     attn_view V = sv.v ? *sv.v : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
-    attn_view O = sv.concat ? *sv.concat : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
+    attn_view O =
+        sv.concat ? *sv.concat : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
     ATTN_TRY(attn__plan_linear(pl, xq, &p->wq, c->bias ? &p->bq : NULL, &Q));
     ATTN_TRY(attn__plan_linear(pl, xkv, &p->wk, c->bias ? &p->bk : NULL, &K));
     ATTN_TRY(attn__plan_linear(pl, xkv, &p->wv, c->bias ? &p->bv : NULL, &V));
@@ -335,9 +357,10 @@ static attn_status att_fwd(const attn_mha_config *c, const attn_mha_params *p,
 
 /* Backward of att_fwd from its saved q, k, v, concat, lse; accumulates dxq, dxkv, g. */
 static attn_status att_bwd(const attn_mha_config *c, const attn_mha_params *p,
-                           const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *opts,
-                           const attn_rope_config *rope, att_save sv, const attn_view *dout,
-                           attn_view *dxq, attn_view *dxkv, attn_mha_params *g, attn__plan *pl) {
+                           const attn_view *xq, const attn_view *xkv,
+                           const attn_sdpa_opts *opts, const attn_rope_config *rope,
+                           att_save sv, const attn_view *dout, attn_view *dxq, attn_view *dxkv,
+                           attn_mha_params *g, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
@@ -346,7 +369,7 @@ static attn_status att_bwd(const attn_mha_config *c, const attn_mha_params *p,
     attn_view dV = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
     attn_view dO = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
     ATTN_TRY(attn__plan_linear_backward(pl, sv.concat, &p->wo, dout, &dO, g ? &g->wo : NULL,
-                       g && c->bias ? &g->bo : NULL));
+                                        g && c->bias ? &g->bo : NULL));
     attn_view Qh, Kh, Vh, Oh, dQh, dKh, dVh, dOh;
     Qh = attn__heads(sv.q, c->d_head);
     Kh = attn__heads(sv.k, c->d_head);
@@ -373,10 +396,12 @@ static attn_status att_bwd(const attn_mha_config *c, const attn_mha_params *p,
         RUN(attn__rope_run(rope->style, rope->base, 0, &dQh, true));
         RUN(attn__rope_run(rope->style, rope->base, 0, &dKh, true));
     }
-    ATTN_TRY(attn__plan_linear_backward(pl, xq, &p->wq, &dQ, dxq, g ? &g->wq : NULL, g && c->bias ? &g->bq : NULL));
+    ATTN_TRY(attn__plan_linear_backward(pl, xq, &p->wq, &dQ, dxq, g ? &g->wq : NULL,
+                                        g && c->bias ? &g->bq : NULL));
     ATTN_TRY(attn__plan_linear_backward(pl, xkv, &p->wk, &dK, dxkv, g ? &g->wk : NULL,
-                       g && c->bias ? &g->bk : NULL));
-    return attn__plan_linear_backward(pl, xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL, g && c->bias ? &g->bv : NULL);
+                                        g && c->bias ? &g->bk : NULL));
+    return attn__plan_linear_backward(pl, xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL,
+                                      g && c->bias ? &g->bv : NULL);
 }
 
 /* out = act(a W1 + b1) W2 + b2 (the FFN layer's body), saving the hidden layer when asked. */
@@ -396,11 +421,13 @@ static attn_status ffn_bwd(const attn_ffn_config *c, const attn_ffn_params *p,
 }
 
 /* LayerNorm i's gamma and beta (NULL without ln_affine or without the struct). */
-static const attn_view *ln_g(const attn_decoder_config *c, const attn_decoder_params *p, int i) {
+static const attn_view *ln_g(const attn_decoder_config *c, const attn_decoder_params *p,
+                             int i) {
     const attn_view *v[3] = {&p->ln1_g, &p->ln2_g, &p->ln3_g};
     return p && c->ln_affine ? v[i] : NULL;
 }
-static const attn_view *ln_b(const attn_decoder_config *c, const attn_decoder_params *p, int i) {
+static const attn_view *ln_b(const attn_decoder_config *c, const attn_decoder_params *p,
+                             int i) {
     const attn_view *v[3] = {&p->ln1_b, &p->ln2_b, &p->ln3_b};
     return p && c->ln_affine ? v[i] : NULL;
 }
@@ -412,9 +439,9 @@ typedef struct dec_args {
     const attn_decoder_params *p;
     const attn_view *x, *m;
     const attn_sdpa_opts *so, *co;
-    attn_view *out;                 /* forward */
-    const attn_decoder_saved *sv;   /* forward (may be NULL), backward */
-    const attn_view *dout;          /* backward */
+    attn_view *out;               /* forward */
+    const attn_decoder_saved *sv; /* forward (may be NULL), backward */
+    const attn_view *dout;        /* backward */
     attn_view *dx, *dm;
     attn_decoder_params *g;
 } dec_args;
@@ -424,16 +451,17 @@ static attn_status sub_fwd(const dec_args *d, int blk, const attn_view *a, attn_
                            const attn_decoder_saved *sv, attn__plan *pl) {
     const attn_decoder_config *c = d->c;
     if (blk == 0) {
-        att_save s = sv ? (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse}
-                        : (att_save){0};
+        att_save s =
+            sv ? (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse} : (att_save){0};
         return att_fwd(&c->self_attn, &d->p->self_attn, a, a, d->so, &c->rope, h, s, pl);
     }
     if (blk == 1) {
-        att_save s = sv ? (att_save){&sv->cq, &sv->ck, &sv->cv, &sv->cconcat, &sv->clse}
-                        : (att_save){0};
+        att_save s =
+            sv ? (att_save){&sv->cq, &sv->ck, &sv->cv, &sv->cconcat, &sv->clse} : (att_save){0};
         return att_fwd(&c->cross, &d->p->cross, a, d->m, d->co, NULL, h, s, pl);
     }
-    return ffn_fwd(&c->ffn, &d->p->ffn, a, h, sv ? &sv->hid_pre : NULL, sv ? &sv->hid : NULL, pl);
+    return ffn_fwd(&c->ffn, &d->p->ffn, a, h, sv ? &sv->hid_pre : NULL, sv ? &sv->hid : NULL,
+                   pl);
 }
 
 static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decoder_saved *sv,
@@ -457,8 +485,8 @@ static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decode
                 RUN(attn__view_copy_run(&cur, &lin));
             }
             attn_view a = sv ? sv->ln_out[blk] : attn__plan_scratch(pl, dt, 3, x->shape, false);
-            RUN(attn__layernorm_run(c->eps, &lin, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &a, mean,
-                                rstd));
+            RUN(attn__layernorm_run(c->eps, &lin, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &a,
+                                    mean, rstd));
             ATTN_TRY(sub_fwd(d, blk, &a, &h, sv, pl));
             attn_view nxt = blk == last ? *out : attn__plan_scratch(pl, dt, 3, x->shape, false);
             RUN(attn__add_run(&lin, &h, &nxt));
@@ -466,13 +494,14 @@ static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decode
         } else {
             /* cur := LN(cur + sub(cur)) */
             ATTN_TRY(sub_fwd(d, blk, &cur, &h, sv, pl));
-            attn_view sum = sv ? sv->ln_in[blk] : attn__plan_scratch(pl, dt, 3, x->shape, false);
+            attn_view sum =
+                sv ? sv->ln_in[blk] : attn__plan_scratch(pl, dt, 3, x->shape, false);
             RUN(attn__add_run(&cur, &h, &sum));
             attn_view lout = blk == last ? *out
-                             : sv    ? sv->ln_out[blk]
-                                     : attn__plan_scratch(pl, dt, 3, x->shape, false);
+                             : sv        ? sv->ln_out[blk]
+                                         : attn__plan_scratch(pl, dt, 3, x->shape, false);
             RUN(attn__layernorm_run(c->eps, &sum, ln_g(c, d->p, blk), ln_b(c, d->p, blk), &lout,
-                                mean, rstd));
+                                    mean, rstd));
             if (blk == last && sv)
                 RUN(attn__view_copy_run(out, (attn_view *)&sv->ln_out[blk]));
             cur = lout;
@@ -483,8 +512,9 @@ static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decode
 
 /* The checks of forward, backward and the queries: everything but outputs and aliasing. */
 static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decoder_params *p,
-                               const attn_view *x, const attn_view *m, const attn_sdpa_opts **so,
-                               const attn_sdpa_opts **co, attn_decoder_config *c) {
+                               const attn_view *x, const attn_view *m,
+                               const attn_sdpa_opts **so, const attn_sdpa_opts **co,
+                               attn_decoder_config *c) {
     ATTN_TRY(attn_decoder_config_resolve(cfg, c));
     ATTN_TRY(check_params(c, p));
     if (!x)
@@ -495,7 +525,8 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
     ATTN_TRY(attn_view_check(x));
     if (x->dtype != dt)
         return ATTN_EDTYPE;
-    if (x->ndim != 3 || x->shape[2] != c->self_attn.d_model || x->shape[0] < 1 || x->shape[1] < 1)
+    if (x->ndim != 3 || x->shape[2] != c->self_attn.d_model || x->shape[0] < 1 ||
+        x->shape[1] < 1)
         return ATTN_ESHAPE;
     if (m) {
         ATTN_TRY(attn_view_check(m));
@@ -557,7 +588,8 @@ attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_deco
                                  const attn_view *x, const attn_view *memory,
                                  const attn_sdpa_opts *self_opts,
                                  const attn_sdpa_opts *cross_opts, attn_view *out,
-                                 const attn_decoder_saved *saved, void *work, size_t work_size) {
+                                 const attn_decoder_saved *saved, void *work,
+                                 size_t work_size) {
     attn_decoder_config c;
     ATTN_TRY(dec_prepare(cfg, p, x, memory, &self_opts, &cross_opts, &c));
     ATTN_TRY(attn__want(out, c.self_attn.dtype, 3, x->shape));
@@ -565,8 +597,8 @@ attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_deco
     if (saved)
         ATTN_TRY(check_saved(&c, saved, x->shape[0], x->shape[1], S));
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
-    const attn_view *ins[ATTN__MAX_ALIAS] = {x, memory, self_opts->keep, self_opts->bias,
-                                             cross_opts->keep, cross_opts->bias};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {
+        x, memory, self_opts->keep, self_opts->bias, cross_opts->keep, cross_opts->bias};
     int nout = saved_views(&c, saved, outs, 1), nin = param_views(&c, p, ins, 6);
     dec_args d = {&c, p, x, memory, self_opts, cross_opts, .out = out, .sv = saved};
     return attn__layer_exec(fwd_cb, &d, outs, nout, ins, nin, work, work_size);
@@ -598,9 +630,11 @@ static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
     const int64_t *shp = d->x->shape;
     attn_view dnext = *dout;
     int first = 0;
-    attn_view *dg[3] = {g && c->ln_affine ? &g->ln1_g : NULL, g && c->ln_affine ? &g->ln2_g : NULL,
+    attn_view *dg[3] = {g && c->ln_affine ? &g->ln1_g : NULL,
+                        g && c->ln_affine ? &g->ln2_g : NULL,
                         g && c->ln_affine ? &g->ln3_g : NULL};
-    attn_view *db[3] = {g && c->ln_affine ? &g->ln1_b : NULL, g && c->ln_affine ? &g->ln2_b : NULL,
+    attn_view *db[3] = {g && c->ln_affine ? &g->ln1_b : NULL,
+                        g && c->ln_affine ? &g->ln2_b : NULL,
                         g && c->ln_affine ? &g->ln3_b : NULL};
     for (int blk = 2; blk >= 0; --blk) {
         if (blk == 1 && !has_cross(c))
@@ -612,15 +646,17 @@ static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
             attn_view da = attn__plan_scratch(pl, dt, 3, shp, true);
             RUN(attn__add_backward_run(&dnext, &dprev, NULL));
             ATTN_TRY(sub_bwd(d, blk, &sv->ln_out[blk], sv, &dnext, &da, dm, g, pl));
-            RUN(attn__layernorm_backward_run(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
-                                         &sv->rstd[blk], &da, &dprev, dg[blk], db[blk]));
+            RUN(attn__layernorm_backward_run(&sv->ln_in[blk], ln_g(c, d->p, blk),
+                                             &sv->mean[blk], &sv->rstd[blk], &da, &dprev,
+                                             dg[blk], db[blk]));
         } else {
             /* next = LN(in + sub(in)); in = x, ln_out[0], ln_out[1 or 0] */
             attn_view dsum = attn__plan_scratch(pl, dt, 3, shp, true);
-            RUN(attn__layernorm_backward_run(&sv->ln_in[blk], ln_g(c, d->p, blk), &sv->mean[blk],
-                                         &sv->rstd[blk], &dnext, &dsum, dg[blk], db[blk]));
+            RUN(attn__layernorm_backward_run(&sv->ln_in[blk], ln_g(c, d->p, blk),
+                                             &sv->mean[blk], &sv->rstd[blk], &dnext, &dsum,
+                                             dg[blk], db[blk]));
             RUN(attn__add_backward_run(&dsum, &dprev, NULL));
-            const attn_view *in = blk == 0 ? d->x
+            const attn_view *in = blk == 0                    ? d->x
                                   : blk == 1 || !has_cross(c) ? &sv->ln_out[0]
                                                               : &sv->ln_out[1];
             ATTN_TRY(sub_bwd(d, blk, in, sv, &dsum, &dprev, dm, g, pl));
@@ -688,12 +724,16 @@ attn_status attn_decoder_backward(const attn_decoder_config *cfg, const attn_dec
     if (grads)
         ATTN_TRY(check_params(&c, grads));
     const attn_view *outs[ATTN__MAX_ALIAS] = {dx, dmemory};
-    const attn_view *ins[ATTN__MAX_ALIAS] = {x, memory, dout, self_opts->keep, self_opts->bias,
-                                           cross_opts->keep, cross_opts->bias};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {
+        x, memory, dout, self_opts->keep, self_opts->bias, cross_opts->keep, cross_opts->bias};
     int no = param_views(&c, grads, outs, 2);
     int ni = saved_views(&c, saved, ins, param_views(&c, p, ins, 7));
-    dec_args d = {&c,         p,    x,   memory, self_opts, cross_opts, .sv = saved,
-                  .dout = dout, .dx = dx, .dm = dmemory, .g = grads};
+    dec_args d = {&c,          p,
+                  x,           memory,
+                  self_opts,   cross_opts,
+                  .sv = saved, .dout = dout,
+                  .dx = dx,    .dm = dmemory,
+                  .g = grads};
     return attn__layer_exec(bwd_cb, &d, outs, no, ins, ni, work, work_size);
 }
 
@@ -779,8 +819,8 @@ attn_status attn_decoder_memory(const attn_decoder_config *cfg, const attn_decod
     const attn_view *outs[ATTN__MAX_ALIAS] = {&mem->k, &mem->v, &lv};
     const attn_view *ins[ATTN__MAX_ALIAS] = {memory};
     mem_args a = {&c, p, memory, mem_len, mem};
-    return attn__layer_exec(mem_cb, &a, outs, 3, ins, attn__mha_views(&c.cross, &p->cross, ins, 1),
-                            work, work_size);
+    return attn__layer_exec(mem_cb, &a, outs, 3, ins,
+                            attn__mha_views(&c.cross, &p->cross, ins, 1), work, work_size);
 }
 
 /* ---- the cached step ---------------------------------------------------------------- */
@@ -818,16 +858,16 @@ static attn_status step_body(const step_args *s, attn_view *out, attn__plan *pl)
         attn_view nxt = blk == 2 ? *out : attn__plan_scratch(pl, dt, 3, shp, false);
         if (c->norm == ATTN_PRE_NORM) {
             attn_view a = attn__plan_scratch(pl, dt, 3, shp, false);
-            RUN(attn__layernorm_run(c->eps, &cur, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &a, NULL,
-                                NULL));
+            RUN(attn__layernorm_run(c->eps, &cur, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &a,
+                                    NULL, NULL));
             ATTN_TRY(sub_step(s, blk, &a, &h, pl));
             RUN(attn__add_run(&cur, &h, &nxt));
         } else {
             attn_view sum = attn__plan_scratch(pl, dt, 3, shp, false);
             ATTN_TRY(sub_step(s, blk, &cur, &h, pl));
             RUN(attn__add_run(&cur, &h, &sum));
-            RUN(attn__layernorm_run(c->eps, &sum, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &nxt, NULL,
-                                NULL));
+            RUN(attn__layernorm_run(c->eps, &sum, ln_g(c, s->p, blk), ln_b(c, s->p, blk), &nxt,
+                                    NULL, NULL));
         }
         cur = nxt;
     }
@@ -858,8 +898,8 @@ static attn_status step_prepare(const attn_decoder_config *cfg, const attn_decod
     os.rope = c->rope;
     attn_mha_config r;
     ATTN_TRY(attn__mha_step_check(&c->self_attn, &p->self_attn, &os, true, x, kc, &r));
-    *oc = (attn_step_opts){.scale = o->scale, .n_new = o->n_new, .threads = o->threads,
-                           .split = o->split};
+    *oc = (attn_step_opts){
+        .scale = o->scale, .n_new = o->n_new, .threads = o->threads, .split = o->split};
     if (mc)
         ATTN_TRY(attn__mha_step_check(&c->cross, &p->cross, oc, false, x, mc, &r));
     return ATTN_OK;
@@ -904,8 +944,12 @@ attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder
     if (mem)
         mlv = attn__kv_len_view(mem);
     const attn_view *outs[ATTN__MAX_ALIAS] = {out, &self_cache->k, &self_cache->v, &lv};
-    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias, mem ? &mem->k : NULL,
-                                             mem ? &mem->v : NULL, mem ? &mlv : NULL};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x,
+                                             opts->keep,
+                                             opts->bias,
+                                             mem ? &mem->k : NULL,
+                                             mem ? &mem->v : NULL,
+                                             mem ? &mlv : NULL};
     step_args s = {&c, p, opts, &oc, x, self_cache, mem, out};
     ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, param_views(&c, p, ins, 6), work,
                               work_size));

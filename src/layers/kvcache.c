@@ -92,8 +92,8 @@ attn_status attn_kv_cache_bind(attn_kv_cache *cache, const attn_mha_config *cfg,
 }
 
 attn_view attn__kv_len_view(const attn_kv_cache *c) {
-    attn_view v = {.data = c->len, .dtype = ATTN_F64, .ndim = 1, .shape = {c->k.shape[0]},
-                   .stride = {1}};
+    attn_view v = {
+        .data = c->len, .dtype = ATTN_F64, .ndim = 1, .shape = {c->k.shape[0]}, .stride = {1}};
     return v;
 }
 
@@ -181,7 +181,8 @@ void attn__mha_step_commit(const attn_step_opts *o, const attn_view *x, attn_kv_
         cache->len[b] += attn__step_n(o, b, x->shape[1]);
 }
 
-/* Whole-row attention per batch (attn_sdpa's tiles) for chunks too long for the decode kernel. */
+/* Whole-row attention per batch (attn_sdpa's tiles) for chunks too long for the decode kernel.
+ */
 static attn_status attend_tiled(const attn_step_opts *o, bool self, const attn_view *Qh,
                                 const attn_kv_cache *kc, const int64_t *klen,
                                 const attn_view *keep, const attn_view *bias, attn_view *Oh,
@@ -233,9 +234,9 @@ static attn_status attend_tiled(const attn_step_opts *o, bool self, const attn_v
 }
 
 attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params *p,
-                                const attn_step_opts *o, const attn_rope_config *rope, bool self,
-                                const attn_view *x, const attn_kv_cache *kc, attn_view *out,
-                                attn__plan *pl) {
+                                const attn_step_opts *o, const attn_rope_config *rope,
+                                bool self, const attn_view *x, const attn_kv_cache *kc,
+                                attn_view *out, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     bool run = attn__plan_running(pl);
     int64_t B = x->shape[0], Tq = x->shape[1], Tmax = kc->k.shape[2];
@@ -295,10 +296,21 @@ attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params 
         ATTN_TRY(attend_tiled(o, self, &Qh, kc, klen, o->keep ? &keep : NULL,
                               o->bias ? &bias : NULL, &Oh, pl));
     } else {
-        attn__decode_plan dp = {.dt = dt, .B = B, .H = c->heads, .Hkv = c->kv_heads, .G = G,
-                                .Tq = Tq, .D = D, .Tmax = Tmax, .causal = self, .klen = klen,
-                                .qpos0 = qpos, .nrows = nrows, .has_keep = o->keep != NULL,
-                                .has_bias = o->bias != NULL, .split = o->split};
+        attn__decode_plan dp = {.dt = dt,
+                                .B = B,
+                                .H = c->heads,
+                                .Hkv = c->kv_heads,
+                                .G = G,
+                                .Tq = Tq,
+                                .D = D,
+                                .Tmax = Tmax,
+                                .causal = self,
+                                .klen = klen,
+                                .qpos0 = qpos,
+                                .nrows = nrows,
+                                .has_keep = o->keep != NULL,
+                                .has_bias = o->bias != NULL,
+                                .split = o->split};
         dp.scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
         if (o->keep)
             dp.keep = keep;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of the split-KV decode kernel (kernels/sdpa_decode.c; tmpl/dtype_on.h sets T). */
+/* Per-dtype body of the split-KV decode kernel (kernels/sdpa_decode.c; tmpl/dtype_on.h sets T).
+ */
 
 /*
  * s[j] = scale q . k_j for n keys k_j = k + j ldk (unit stride in D). With
@@ -14,7 +15,7 @@ typedef T SFX(vec32) __attribute__((vector_size(32), aligned(sizeof(T))));
 typedef T SFX(vec16) __attribute__((vector_size(16), aligned(sizeof(T))));
 enum { SFX(NL) = 64 / sizeof(T) };
 
-static inline __attribute__((always_inline)) T SFX(hsum)(const SFX(vec) *v) {
+static inline __attribute__((always_inline)) T SFX(hsum)(const SFX(vec) * v) {
     SFX(vec32) a, b;
     memcpy(&a, v, 32);
     memcpy(&b, (const char *)v + 32, 32);
@@ -237,7 +238,8 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             qb[r * D + d] = qr[d * q->stride[3]];
     }
     memset(acc, 0, (size_t)(R * D) * es);
-    const T *kb = (const T *)attn__at4(k, b, hk, 0, 0), *vb = (const T *)attn__at4(v, b, hk, 0, 0);
+    const T *kb = (const T *)attn__at4(k, b, hk, 0, 0),
+            *vb = (const T *)attn__at4(v, b, hk, 0, 0);
     int64_t ldk = k->stride[2], ldv = v->stride[2];
     bool unit = k->stride[3] == 1 && v->stride[3] == 1;
     for (int64_t jb = j0; jb < khi; jb += BLK) {
@@ -252,8 +254,8 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             if (unit)
                 SFX(dots)(qb + r * D, kb + jb * ldk, ldk, lim, D, (T)p->scale, sr);
             else
-                SFX(dots_strided)(qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D,
-                                  (T)p->scale, sr);
+                SFX(dots_strided)
+                (qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D, (T)p->scale, sr);
             if (p->has_bias) {
                 const T *br = (const T *)attn__at4(&p->bias, b, h, i, jb);
                 for (int64_t c = 0; c < lim; ++c)
@@ -267,8 +269,8 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
             if (mn == (T)-INFINITY)
-                continue; /* nothing visible yet */
-            T sum = T_VEXP_SUM(sr, lim, mn); /* sr := exp(sr - mn) */
+                continue;                               /* nothing visible yet */
+            T sum = T_VEXP_SUM(sr, lim, mn);            /* sr := exp(sr - mn) */
             T corr = (T)exp((double)m[r] - (double)mn); /* 0 when m was -inf */
             l[r] = l[r] * corr + sum;
             m[r] = mn;
@@ -316,8 +318,9 @@ static void SFX(merge_rows)(const attn__decode_plan *p, int64_t b, int64_t hk,
         double run = ATTN__SDPA_LSE_EMPTY;
         for (int64_t s = 0; s < p->nsplit; ++s) {
             size_t slot = slot0 + (size_t)s;
-            SFX(attn__lse_merge_row)(o, so, &run, part + (slot * (size_t)R + (size_t)r) * (size_t)D,
-                                     plse[slot * (size_t)R + (size_t)r], D);
+            SFX(attn__lse_merge_row)
+            (o, so, &run, part + (slot * (size_t)R + (size_t)r) * (size_t)D,
+             plse[slot * (size_t)R + (size_t)r], D);
         }
         if (run <= 0.5 * ATTN__SDPA_LSE_EMPTY)
             for (int64_t d = 0; d < D; ++d)

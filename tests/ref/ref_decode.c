@@ -52,7 +52,8 @@ void ref_d_attention(const ref_d_attn *a, double *out) {
                 for (int64_t e = 0; e < D; ++e)
                     d += q[i * HD + h * D + e] * k[j * KD + hk * D + e];
                 s[j] = ok ? d * scale : -INFINITY;
-                if (s[j] > m) m = s[j];
+                if (s[j] > m)
+                    m = s[j];
             }
             double z = 0;
             for (int64_t j = 0; j < Tk; ++j) {
@@ -68,11 +69,16 @@ void ref_d_attention(const ref_d_attn *a, double *out) {
         }
     }
     ref_l_linear(Tq, HD, a->C, o, a->wo, a->bo, out);
-    free(q); free(k); free(v); free(o); free(s);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(s);
 }
 
 static void add_to(int64_t n, const double *a, const double *b, double *y) {
-    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i)
+        y[i] = a[i] + b[i];
 }
 
 void ref_d_decoder_forward(const ref_d_decoder *a, const double *x, const double *m,
@@ -91,14 +97,37 @@ void ref_d_decoder_forward(const ref_d_decoder *a, const double *x, const double
             in = t;
         }
         if (blk == 0) {
-            ref_d_attn s = {T, T, C, C, a->H, a->Hkv, a->D, in, in,
-                            a->s[0], a->s[1], a->s[2], a->s[3], a->s[4], a->s[5], a->s[6], a->s[7],
-                            true, 0, a->tgt_len, a->rope, a->rope_half, a->rope_base, NULL, 0};
+            ref_d_attn s = {T,
+                            T,
+                            C,
+                            C,
+                            a->H,
+                            a->Hkv,
+                            a->D,
+                            in,
+                            in,
+                            a->s[0],
+                            a->s[1],
+                            a->s[2],
+                            a->s[3],
+                            a->s[4],
+                            a->s[5],
+                            a->s[6],
+                            a->s[7],
+                            true,
+                            0,
+                            a->tgt_len,
+                            a->rope,
+                            a->rope_half,
+                            a->rope_base,
+                            NULL,
+                            0};
             ref_d_attention(&s, h);
         } else if (blk == 1) {
-            ref_d_attn c = {T, a->S, C, a->Cm, a->Hc, a->Hckv, a->Dc, in, m,
-                            a->c[0], a->c[1], a->c[2], a->c[3], a->c[4], a->c[5], a->c[6], a->c[7],
-                            false, 0, a->mem_len, false, false, 0, NULL, 0};
+            ref_d_attn c = {T,       a->S,    C,       a->Cm,   a->Hc,   a->Hckv,    a->Dc,
+                            in,      m,       a->c[0], a->c[1], a->c[2], a->c[3],    a->c[4],
+                            a->c[5], a->c[6], a->c[7], false,   0,       a->mem_len, false,
+                            false,   0,       NULL,    0};
             ref_d_attention(&c, h);
         } else {
             ref_l_ffn(T, C, a->F, a->act, in, a->w1, a->b1, a->w2, a->b2, h);
@@ -110,5 +139,8 @@ void ref_d_decoder_forward(const ref_d_decoder *a, const double *x, const double
             ref_l_layernorm(T, C, a->eps, r, a->ln_g[blk], a->ln_b[blk], cur);
     }
     memcpy(out, cur, sizeof(double) * (size_t)n);
-    free(h); free(r); free(t); free(cur);
+    free(h);
+    free(r);
+    free(t);
+    free(cur);
 }
