@@ -151,16 +151,16 @@ static int param_views(const attn_decoder_config *c, const attn_decoder_params *
 }
 
 /* Shape-only parameters over a dummy pointer, for the workspace queries. */
-static void shape_params(const attn_decoder_config *c, attn_decoder_params *p) {
+static attn_status shape_params(const attn_decoder_config *c, attn_decoder_params *p) {
     memset(p, 0, sizeof *p);
     int64_t C = c->self_attn.d_model;
     attn_view *ln[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
     for (int i = 0; i < 6; ++i)
-        attn__shape_view(c->self_attn.dtype, 1, &C, ln[i]);
-    attn__mha_shape_params(&c->self_attn, &p->self_attn);
+        ATTN_TRY(attn__shape_view(c->self_attn.dtype, 1, &C, ln[i]));
+    ATTN_TRY(attn__mha_shape_params(&c->self_attn, &p->self_attn));
     if (has_cross(c))
-        attn__mha_shape_params(&c->cross, &p->cross);
-    attn__ffn_shape_params(&c->ffn, &p->ffn);
+        ATTN_TRY(attn__mha_shape_params(&c->cross, &p->cross));
+    return attn__ffn_shape_params(&c->ffn, &p->ffn);
 }
 
 /* ---- what the forward saves --------------------------------------------------- */
@@ -543,8 +543,10 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
     /* the attention options, against the shapes of the queries and keys they will see */
     int64_t B = x->shape[0], T = x->shape[1];
     attn_view q, k;
-    attn__shape_view(dt, 4, (int64_t[]){B, c->self_attn.heads, T, c->self_attn.d_head}, &q);
-    attn__shape_view(dt, 4, (int64_t[]){B, c->self_attn.kv_heads, T, c->self_attn.d_head}, &k);
+    ATTN_TRY(attn__shape_view(dt, 4, (int64_t[]){B, c->self_attn.heads, T, c->self_attn.d_head},
+                              &q));
+    ATTN_TRY(attn__shape_view(
+        dt, 4, (int64_t[]){B, c->self_attn.kv_heads, T, c->self_attn.d_head}, &k));
     attn__sdpa_plan sp;
     for (int64_t b = 0; (*so)->kv_len && b < B; ++b)
         if ((*so)->kv_len[b] < 0 || (*so)->kv_len[b] > T)
@@ -554,9 +556,10 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
             return ATTN_ERANGE;
     ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *so, false, &sp));
     if (m) {
-        attn__shape_view(dt, 4, (int64_t[]){B, c->cross.heads, T, c->cross.d_head}, &q);
-        attn__shape_view(dt, 4, (int64_t[]){B, c->cross.kv_heads, m->shape[1], c->cross.d_head},
-                         &k);
+        ATTN_TRY(
+            attn__shape_view(dt, 4, (int64_t[]){B, c->cross.heads, T, c->cross.d_head}, &q));
+        ATTN_TRY(attn__shape_view(
+            dt, 4, (int64_t[]){B, c->cross.kv_heads, m->shape[1], c->cross.d_head}, &k));
         ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *co, false, &sp));
     }
     return ATTN_OK;
@@ -574,12 +577,12 @@ size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_vi
     attn_decoder_params p;
     attn_view out;
     size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
         return 0;
-    shape_params(&c, &p);
     if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
         return 0;
-    attn__shape_view(c.self_attn.dtype, 3, x->shape, &out);
+    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &out) != ATTN_OK)
+        return 0;
     dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .out = &out};
     return attn__layer_need(fwd_cb, &d, &need) == ATTN_OK ? need : 0;
 }
@@ -677,9 +680,8 @@ size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, cons
                                             const attn_sdpa_opts *cross_opts) {
     attn_decoder_config c;
     attn_decoder_params p;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
         return 0;
-    shape_params(&c, &p);
     if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
         return 0;
     int64_t sh[NSAVED][3];
@@ -689,9 +691,12 @@ size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, cons
     memset(&sv, 0, sizeof sv);
     for (int i = 0; i < NSAVED; ++i)
         if (nd[i])
-            attn__shape_view(c.self_attn.dtype, nd[i], sh[i], saved_slot(&sv, i));
+            if (attn__shape_view(c.self_attn.dtype, nd[i], sh[i], saved_slot(&sv, i)) !=
+                ATTN_OK)
+                return 0;
     attn_view dout;
-    attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout);
+    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout) != ATTN_OK)
+        return 0;
     dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .sv = &sv, .dout = &dout};
     size_t need;
     return attn__layer_need(bwd_cb, &d, &need) == ATTN_OK ? need : 0;
@@ -801,9 +806,8 @@ size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cfg,
     attn_decoder_config c;
     attn_decoder_params p;
     size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
         return 0;
-    shape_params(&c, &p);
     if (mem_prepare(cfg, &p, memory, NULL, mem, &c) != ATTN_OK)
         return 0;
     mem_args a = {&c, &p, memory, NULL, mem};
@@ -918,14 +922,14 @@ size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg, const at
     attn_step_opts oc;
     attn_view out;
     size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
         return 0;
-    shape_params(&c, &p);
     if (!opts)
         opts = &no_step_opts;
     if (step_prepare(cfg, &p, opts, x, self_cache, mem, &oc, &c) != ATTN_OK)
         return 0;
-    attn__shape_view(c.self_attn.dtype, 3, x->shape, &out);
+    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &out) != ATTN_OK)
+        return 0;
     step_args s = {&c, &p, opts, &oc, x, self_cache, mem, &out};
     return attn__layer_need(step_cb, &s, &need) == ATTN_OK ? need : 0;
 }

@@ -359,7 +359,9 @@ size_t attn_mha_step_workspace_size(const attn_mha_config *cfg, const attn_view 
     size_t need;
     if (attn_mha_config_resolve(cfg, &c) != ATTN_OK)
         return 0;
-    attn__mha_shape_params(&c, &p); /* shapes only: the call checks the real ones */
+    if (attn__mha_shape_params(&c, &p) !=
+        ATTN_OK) /* shapes only: the call checks the real ones */
+        return 0;
     if (!opts)
         opts = &default_step;
     if (attn__mha_step_check(cfg, &p, opts, true, x, cache, &c) != ATTN_OK ||
