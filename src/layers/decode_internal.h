@@ -53,4 +53,31 @@ ATTN_HIDDEN void attn__mha_step_commit(const attn_step_opts *o, const attn_view 
 /* Set every element of a float view to 0 (any strides, up to 4 dims). */
 ATTN_HIDDEN void attn__dec_zero(const attn_view *v);
 
+/* ---- the decoder block (decoder_params.c, shared with decoder.c) ---------------- */
+
+enum { ATTN__DEC_NSAVED = 24 }; /* views in attn_decoder_saved */
+
+/* The block has a cross-attention sub-block (a GPT-style block has none). */
+static inline bool attn__dec_has_cross(const attn_decoder_config *c) {
+    return c->cross.heads != 0;
+}
+
+/* Parameters against the config; their views appended to l[n..]; shape-only views. */
+ATTN_HIDDEN attn_status attn__dec_check_params(const attn_decoder_config *c,
+                                               const attn_decoder_params *p);
+ATTN_HIDDEN int attn__dec_param_views(const attn_decoder_config *c,
+                                      const attn_decoder_params *p, const attn_view **l, int n);
+ATTN_HIDDEN attn_status attn__dec_shape_params(const attn_decoder_config *c,
+                                               attn_decoder_params *p);
+/* The saved activations: shapes (absent ones ndim 0), slot i, checks, views for aliasing. */
+ATTN_HIDDEN void attn__dec_saved_shapes(const attn_decoder_config *c, int64_t B, int64_t T,
+                                        int64_t S, int64_t sh[ATTN__DEC_NSAVED][3],
+                                        int nd[ATTN__DEC_NSAVED]);
+ATTN_HIDDEN attn_view *attn__dec_saved_slot(attn_decoder_saved *s, int i);
+ATTN_HIDDEN attn_status attn__dec_check_saved(const attn_decoder_config *c,
+                                              const attn_decoder_saved *s, int64_t B, int64_t T,
+                                              int64_t S);
+ATTN_HIDDEN int attn__dec_saved_views(const attn_decoder_config *c, const attn_decoder_saved *s,
+                                      const attn_view **l, int n);
+
 #endif

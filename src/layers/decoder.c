@@ -16,294 +16,6 @@
 static const attn_sdpa_opts no_sdpa_opts;
 static const attn_step_opts no_step_opts;
 
-/* ---- config, parameters ------------------------------------------------------- */
-
-static bool has_cross(const attn_decoder_config *c) { return c->cross.heads != 0; }
-
-attn_status attn_decoder_config_resolve(const attn_decoder_config *cfg,
-                                        attn_decoder_config *out) {
-    if (!cfg || !out)
-        return ATTN_EINVAL;
-    attn_decoder_config c = *cfg;
-    ATTN_TRY(attn_mha_config_resolve(&cfg->self_attn, &c.self_attn));
-    if (c.self_attn.d_kv != c.self_attn.d_model)
-        return ATTN_EINVAL;
-    if (has_cross(cfg)) {
-        if (cfg->cross.d_kv == 0 && cfg->cross.d_model == c.self_attn.d_model)
-            c.cross.d_kv = c.self_attn.d_model;
-        ATTN_TRY(attn_mha_config_resolve(&c.cross, &c.cross));
-        if (c.cross.dtype != c.self_attn.dtype || c.cross.d_model != c.self_attn.d_model)
-            return ATTN_EINVAL;
-    } else {
-        memset(&c.cross, 0, sizeof c.cross);
-    }
-    ATTN_TRY(attn_ffn_config_resolve(&cfg->ffn, &c.ffn));
-    if (c.ffn.dtype != c.self_attn.dtype || c.ffn.d_model != c.self_attn.d_model)
-        return ATTN_EINVAL;
-    if (!(c.eps >= 0.0) || !isfinite(c.eps) || (unsigned)c.norm > ATTN_POST_NORM)
-        return ATTN_EINVAL;
-    if (c.eps == 0.0)
-        c.eps = 1e-5;
-    ATTN_TRY(attn__rope_check(&c.rope, c.self_attn.d_head));
-    *out = c;
-    return ATTN_OK;
-}
-
-static size_t ln_bytes(const attn_decoder_config *c) {
-    size_t one =
-        attn__align64(attn_dtype_size(c->self_attn.dtype) * (size_t)c->self_attn.d_model);
-    return c->ln_affine ? 2 * one : 0;
-}
-
-size_t attn_decoder_params_size(const attn_decoder_config *cfg) {
-    attn_decoder_config c;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
-        return 0;
-    size_t n = ln_bytes(&c) * (has_cross(&c) ? 3 : 2) + attn_mha_params_size(&c.self_attn) +
-               attn_ffn_params_size(&c.ffn);
-    return has_cross(&c) ? n + attn_mha_params_size(&c.cross) : n;
-}
-
-int64_t attn_decoder_param_count(const attn_decoder_config *cfg) {
-    attn_decoder_config c;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK)
-        return -1;
-    int64_t n = (c.ln_affine ? 2 * c.self_attn.d_model * (has_cross(&c) ? 3 : 2) : 0) +
-                attn_mha_param_count(&c.self_attn) + attn_ffn_param_count(&c.ffn);
-    return has_cross(&c) ? n + attn_mha_param_count(&c.cross) : n;
-}
-
-/* LayerNorm gamma and beta (C) at *p, advancing it (nothing without ln_affine). */
-static void bind_ln(const attn_decoder_config *c, char **p, attn_view *g, attn_view *b) {
-    memset(g, 0, sizeof *g);
-    memset(b, 0, sizeof *b);
-    if (!c->ln_affine)
-        return;
-    int64_t C = c->self_attn.d_model;
-    size_t one = attn__align64(attn_dtype_size(c->self_attn.dtype) * (size_t)C);
-    attn_view_init(g, c->self_attn.dtype, *p, 1, &C);
-    attn_view_init(b, c->self_attn.dtype, *p + one, 1, &C);
-    *p += 2 * one;
-}
-
-attn_status attn_decoder_params_bind(attn_decoder_params *p, const attn_decoder_config *cfg,
-                                     void *slab, size_t slab_size) {
-    attn_decoder_config c;
-    if (!p)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn_decoder_config_resolve(cfg, &c));
-    if (!slab || ((uintptr_t)slab & 63u))
-        return ATTN_EINVAL;
-    if (slab_size < attn_decoder_params_size(&c))
-        return ATTN_EWORKSPACE;
-    attn_decoder_params r;
-    memset(&r, 0, sizeof r);
-    char *q = slab;
-    bind_ln(&c, &q, &r.ln1_g, &r.ln1_b);
-    size_t n = attn_mha_params_size(&c.self_attn);
-    ATTN_TRY(attn_mha_params_bind(&r.self_attn, &c.self_attn, q, n));
-    q += n;
-    if (has_cross(&c)) {
-        bind_ln(&c, &q, &r.ln2_g, &r.ln2_b);
-        n = attn_mha_params_size(&c.cross);
-        ATTN_TRY(attn_mha_params_bind(&r.cross, &c.cross, q, n));
-        q += n;
-    }
-    bind_ln(&c, &q, &r.ln3_g, &r.ln3_b);
-    ATTN_TRY(attn_ffn_params_bind(&r.ffn, &c.ffn, q, attn_ffn_params_size(&c.ffn)));
-    *p = r;
-    return ATTN_OK;
-}
-
-/* Every parameter view cfg uses: present, right dtype and shape. */
-static attn_status check_params(const attn_decoder_config *c, const attn_decoder_params *p) {
-    if (!p)
-        return ATTN_EINVAL;
-    attn_dtype dt = c->self_attn.dtype;
-    int64_t C = c->self_attn.d_model;
-    if (c->ln_affine) {
-        const attn_view *v[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g,
-                                 &p->ln2_b, &p->ln3_g, &p->ln3_b};
-        for (int i = 0; i < 6; ++i)
-            if (i / 2 != 1 || has_cross(c))
-                ATTN_TRY(attn__want(v[i], dt, 1, &C));
-    }
-    ATTN_TRY(attn__mha_check_params(&c->self_attn, &p->self_attn));
-    if (has_cross(c))
-        ATTN_TRY(attn__mha_check_params(&c->cross, &p->cross));
-    return attn__ffn_check_params(&c->ffn, &p->ffn);
-}
-
-/* The parameter (or gradient) views cfg uses, appended to l[n..]. */
-static int param_views(const attn_decoder_config *c, const attn_decoder_params *p,
-                       const attn_view **l, int n) {
-    if (!p)
-        return n;
-    if (c->ln_affine) {
-        l[n++] = &p->ln1_g, l[n++] = &p->ln1_b, l[n++] = &p->ln3_g, l[n++] = &p->ln3_b;
-        if (has_cross(c))
-            l[n++] = &p->ln2_g, l[n++] = &p->ln2_b;
-    }
-    n = attn__mha_views(&c->self_attn, &p->self_attn, l, n);
-    if (has_cross(c))
-        n = attn__mha_views(&c->cross, &p->cross, l, n);
-    return attn__ffn_views(&c->ffn, &p->ffn, l, n);
-}
-
-/* Shape-only parameters over a dummy pointer, for the workspace queries. */
-static attn_status shape_params(const attn_decoder_config *c, attn_decoder_params *p) {
-    memset(p, 0, sizeof *p);
-    int64_t C = c->self_attn.d_model;
-    attn_view *ln[6] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b, &p->ln3_g, &p->ln3_b};
-    for (int i = 0; i < 6; ++i)
-        ATTN_TRY(attn__shape_view(c->self_attn.dtype, 1, &C, ln[i]));
-    ATTN_TRY(attn__mha_shape_params(&c->self_attn, &p->self_attn));
-    if (has_cross(c))
-        ATTN_TRY(attn__mha_shape_params(&c->cross, &p->cross));
-    return attn__ffn_shape_params(&c->ffn, &p->ffn);
-}
-
-/* ---- what the forward saves --------------------------------------------------- */
-
-enum { NSAVED = 24 };
-
-/* Shapes of the saved views, in struct order; absent ones (no cross) have ndim 0. */
-static void saved_shapes(const attn_decoder_config *c, int64_t B, int64_t T, int64_t S,
-                         int64_t sh[NSAVED][3], int nd[NSAVED]) {
-    int64_t C = c->self_attn.d_model, HD = c->self_attn.heads * c->self_attn.d_head;
-    int64_t KD = c->self_attn.kv_heads * c->self_attn.d_head;
-    int64_t HC = c->cross.heads * c->cross.d_head, KC = c->cross.kv_heads * c->cross.d_head;
-    bool x = has_cross(c);
-    int64_t s[NSAVED][3] = {{B, T, C},
-                            {B, T, C},
-                            {B, T, C},
-                            {B, T, C},
-                            {B, T, C},
-                            {B, T, C},
-                            {B, T, 0},
-                            {B, T, 0},
-                            {B, T, 0},
-                            {B, T, 0},
-                            {B, T, 0},
-                            {B, T, 0},
-                            {B, T, HD},
-                            {B, T, KD},
-                            {B, T, KD},
-                            {B, T, HD},
-                            {B, c->self_attn.heads, T},
-                            {B, T, HC},
-                            {B, S, KC},
-                            {B, S, KC},
-                            {B, T, HC},
-                            {B, c->cross.heads, T},
-                            {B, T, c->ffn.d_ff},
-                            {B, T, c->ffn.d_ff}};
-    memcpy(sh, s, sizeof s);
-    for (int i = 0; i < NSAVED; ++i)
-        nd[i] = (i >= 6 && i < 12) ? 2 : 3;
-    if (!x) { /* block 1's LayerNorm and the cross-attention views */
-        int skip[] = {1, 4, 7, 10, 17, 18, 19, 20, 21};
-        for (size_t i = 0; i < sizeof skip / sizeof *skip; ++i)
-            nd[skip[i]] = 0;
-    }
-}
-
-static attn_view *saved_slot(attn_decoder_saved *s, int i) {
-    attn_view *v[NSAVED] = {
-        &s->ln_in[0], &s->ln_in[1], &s->ln_in[2], &s->ln_out[0], &s->ln_out[1], &s->ln_out[2],
-        &s->mean[0],  &s->mean[1],  &s->mean[2],  &s->rstd[0],   &s->rstd[1],   &s->rstd[2],
-        &s->sq,       &s->sk,       &s->sv,       &s->sconcat,   &s->slse,      &s->cq,
-        &s->ck,       &s->cv,       &s->cconcat,  &s->clse,      &s->hid_pre,   &s->hid};
-    return v[i];
-}
-
-static bool saved_bytes(const attn_decoder_config *c, int64_t sh[NSAVED][3], int nd[NSAVED],
-                        size_t *total) {
-    size_t t = 0;
-    for (int i = 0; i < NSAVED; ++i) {
-        if (!nd[i])
-            continue;
-        size_t b = attn_dtype_size(c->self_attn.dtype);
-        for (int k = 0; k < nd[i]; ++k)
-            if (!attn__mul_sz(b, (size_t)sh[i][k], &b))
-                return false;
-        if (b > SIZE_MAX / 4 || !attn__add_sz(t, attn__align64(b), &t))
-            return false;
-    }
-    *total = t;
-    return true;
-}
-
-size_t attn_decoder_saved_size(const attn_decoder_config *cfg, int64_t B, int64_t T,
-                               int64_t S) {
-    attn_decoder_config c;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || B < 1 || T < 1 ||
-        (has_cross(&c) && S < 1))
-        return 0;
-    int64_t sh[NSAVED][3];
-    int nd[NSAVED];
-    size_t n;
-    saved_shapes(&c, B, T, has_cross(&c) ? S : 1, sh, nd);
-    return saved_bytes(&c, sh, nd, &n) ? n : 0;
-}
-
-attn_status attn_decoder_saved_bind(attn_decoder_saved *saved, const attn_decoder_config *cfg,
-                                    int64_t B, int64_t T, int64_t S, void *slab,
-                                    size_t slab_size) {
-    attn_decoder_config c;
-    if (!saved)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn_decoder_config_resolve(cfg, &c));
-    if (B < 1 || T < 1 || (has_cross(&c) && S < 1) || !slab || ((uintptr_t)slab & 63u))
-        return ATTN_EINVAL;
-    int64_t sh[NSAVED][3];
-    int nd[NSAVED];
-    size_t need;
-    saved_shapes(&c, B, T, has_cross(&c) ? S : 1, sh, nd);
-    if (!saved_bytes(&c, sh, nd, &need))
-        return ATTN_ERANGE;
-    if (slab_size < need)
-        return ATTN_EWORKSPACE;
-    attn_decoder_saved r;
-    memset(&r, 0, sizeof r);
-    char *p = slab;
-    for (int i = 0; i < NSAVED; ++i) {
-        if (!nd[i])
-            continue;
-        attn_view *v = saved_slot(&r, i);
-        ATTN_TRY(attn_view_init(v, c.self_attn.dtype, p, nd[i], sh[i]));
-        p += attn__align64((size_t)attn_view_numel(v) * attn_dtype_size(c.self_attn.dtype));
-    }
-    *saved = r;
-    return ATTN_OK;
-}
-
-/* The saved views are those bind makes for (B, T, S). */
-static attn_status check_saved(const attn_decoder_config *c, const attn_decoder_saved *s,
-                               int64_t B, int64_t T, int64_t S) {
-    int64_t sh[NSAVED][3];
-    int nd[NSAVED];
-    saved_shapes(c, B, T, S, sh, nd);
-    for (int i = 0; i < NSAVED; ++i)
-        if (nd[i])
-            ATTN_TRY(attn__want(saved_slot((attn_decoder_saved *)s, i), c->self_attn.dtype,
-                                nd[i], sh[i]));
-    return ATTN_OK;
-}
-
-static int saved_views(const attn_decoder_config *c, const attn_decoder_saved *s,
-                       const attn_view **l, int n) {
-    if (!s)
-        return n;
-    int64_t sh[NSAVED][3];
-    int nd[NSAVED];
-    saved_shapes(c, 1, 1, 1, sh, nd);
-    for (int i = 0; i < NSAVED; ++i)
-        if (nd[i])
-            l[n++] = saved_slot((attn_decoder_saved *)s, i);
-    return n;
-}
-
 /* ---- the sub-blocks ------------------------------------------------------------ */
 
 /* The saved views of one attention (NULL when not saving). */
@@ -472,7 +184,7 @@ static attn_status fwd_body(const dec_args *d, attn_view *out, const attn_decode
     attn_view cur = *x;
     int last = 2;
     for (int blk = 0; blk < 3; ++blk) {
-        if (blk == 1 && !has_cross(c))
+        if (blk == 1 && !attn__dec_has_cross(c))
             continue;
         attn_view h = attn__plan_scratch(pl, dt, 3, x->shape, false);
         attn_view *mean = sv ? (attn_view *)&sv->mean[blk] : NULL;
@@ -516,10 +228,10 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
                                const attn_sdpa_opts **so, const attn_sdpa_opts **co,
                                attn_decoder_config *c) {
     ATTN_TRY(attn_decoder_config_resolve(cfg, c));
-    ATTN_TRY(check_params(c, p));
+    ATTN_TRY(attn__dec_check_params(c, p));
     if (!x)
         return ATTN_EINVAL;
-    if (has_cross(c) != (m != NULL))
+    if (attn__dec_has_cross(c) != (m != NULL))
         return ATTN_EINVAL;
     attn_dtype dt = c->self_attn.dtype;
     ATTN_TRY(attn_view_check(x));
@@ -577,7 +289,8 @@ size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_vi
     attn_decoder_params p;
     attn_view out;
     size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
+        attn__dec_shape_params(&c, &p) != ATTN_OK)
         return 0;
     if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
         return 0;
@@ -598,11 +311,12 @@ attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_deco
     ATTN_TRY(attn__want(out, c.self_attn.dtype, 3, x->shape));
     int64_t S = memory ? memory->shape[1] : 1;
     if (saved)
-        ATTN_TRY(check_saved(&c, saved, x->shape[0], x->shape[1], S));
+        ATTN_TRY(attn__dec_check_saved(&c, saved, x->shape[0], x->shape[1], S));
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
     const attn_view *ins[ATTN__MAX_ALIAS] = {
         x, memory, self_opts->keep, self_opts->bias, cross_opts->keep, cross_opts->bias};
-    int nout = saved_views(&c, saved, outs, 1), nin = param_views(&c, p, ins, 6);
+    int nout = attn__dec_saved_views(&c, saved, outs, 1),
+        nin = attn__dec_param_views(&c, p, ins, 6);
     dec_args d = {&c, p, x, memory, self_opts, cross_opts, .out = out, .sv = saved};
     return attn__layer_exec(fwd_cb, &d, outs, nout, ins, nin, work, work_size);
 }
@@ -640,7 +354,7 @@ static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
                         g && c->ln_affine ? &g->ln2_b : NULL,
                         g && c->ln_affine ? &g->ln3_b : NULL};
     for (int blk = 2; blk >= 0; --blk) {
-        if (blk == 1 && !has_cross(c))
+        if (blk == 1 && !attn__dec_has_cross(c))
             continue;
         /* the gradient of this block's input: dx for the first block, when given */
         attn_view dprev = blk == first && dx ? *dx : attn__plan_scratch(pl, dt, 3, shp, true);
@@ -659,9 +373,9 @@ static attn_status bwd_body(const dec_args *d, const attn_decoder_saved *sv,
                                              &sv->mean[blk], &sv->rstd[blk], &dnext, &dsum,
                                              dg[blk], db[blk]));
             RUN(attn__add_backward_run(&dsum, &dprev, NULL));
-            const attn_view *in = blk == 0                    ? d->x
-                                  : blk == 1 || !has_cross(c) ? &sv->ln_out[0]
-                                                              : &sv->ln_out[1];
+            const attn_view *in = blk == 0                              ? d->x
+                                  : blk == 1 || !attn__dec_has_cross(c) ? &sv->ln_out[0]
+                                                                        : &sv->ln_out[1];
             ATTN_TRY(sub_bwd(d, blk, in, sv, &dsum, &dprev, dm, g, pl));
         }
         dnext = dprev;
@@ -680,19 +394,20 @@ size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, cons
                                             const attn_sdpa_opts *cross_opts) {
     attn_decoder_config c;
     attn_decoder_params p;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
+        attn__dec_shape_params(&c, &p) != ATTN_OK)
         return 0;
     if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
         return 0;
-    int64_t sh[NSAVED][3];
-    int nd[NSAVED];
-    saved_shapes(&c, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1, sh, nd);
+    int64_t sh[ATTN__DEC_NSAVED][3];
+    int nd[ATTN__DEC_NSAVED];
+    attn__dec_saved_shapes(&c, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1, sh, nd);
     attn_decoder_saved sv;
     memset(&sv, 0, sizeof sv);
-    for (int i = 0; i < NSAVED; ++i)
+    for (int i = 0; i < ATTN__DEC_NSAVED; ++i)
         if (nd[i])
-            if (attn__shape_view(c.self_attn.dtype, nd[i], sh[i], saved_slot(&sv, i)) !=
-                ATTN_OK)
+            if (attn__shape_view(c.self_attn.dtype, nd[i], sh[i],
+                                 attn__dec_saved_slot(&sv, i)) != ATTN_OK)
                 return 0;
     attn_view dout;
     if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout) != ATTN_OK)
@@ -719,7 +434,8 @@ attn_status attn_decoder_backward(const attn_decoder_config *cfg, const attn_dec
     ATTN_TRY(dec_prepare(cfg, p, x, memory, &self_opts, &cross_opts, &c));
     if (!saved)
         return ATTN_EINVAL;
-    ATTN_TRY(check_saved(&c, saved, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1));
+    ATTN_TRY(attn__dec_check_saved(&c, saved, x->shape[0], x->shape[1],
+                                   memory ? memory->shape[1] : 1));
     ATTN_TRY(attn__want(dout, c.self_attn.dtype, 3, x->shape));
     ATTN_TRY(check_grad(dx, x));
     if (memory)
@@ -727,12 +443,12 @@ attn_status attn_decoder_backward(const attn_decoder_config *cfg, const attn_dec
     else if (dmemory)
         return ATTN_EINVAL;
     if (grads)
-        ATTN_TRY(check_params(&c, grads));
+        ATTN_TRY(attn__dec_check_params(&c, grads));
     const attn_view *outs[ATTN__MAX_ALIAS] = {dx, dmemory};
     const attn_view *ins[ATTN__MAX_ALIAS] = {
         x, memory, dout, self_opts->keep, self_opts->bias, cross_opts->keep, cross_opts->bias};
-    int no = param_views(&c, grads, outs, 2);
-    int ni = saved_views(&c, saved, ins, param_views(&c, p, ins, 7));
+    int no = attn__dec_param_views(&c, grads, outs, 2);
+    int ni = attn__dec_saved_views(&c, saved, ins, attn__dec_param_views(&c, p, ins, 7));
     dec_args d = {&c,          p,
                   x,           memory,
                   self_opts,   cross_opts,
@@ -748,7 +464,7 @@ static attn_status mem_prepare(const attn_decoder_config *cfg, const attn_decode
                                const attn_view *m, const int64_t *mem_len,
                                const attn_kv_cache *mc, attn_decoder_config *c) {
     ATTN_TRY(attn_decoder_config_resolve(cfg, c));
-    if (!has_cross(c) || !m || !mc || !p)
+    if (!attn__dec_has_cross(c) || !m || !mc || !p)
         return ATTN_EINVAL;
     ATTN_TRY(attn__mha_check_params(&c->cross, &p->cross));
     ATTN_TRY(attn__kv_cache_check(mc, &c->cross));
@@ -806,7 +522,8 @@ size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cfg,
     attn_decoder_config c;
     attn_decoder_params p;
     size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
+        attn__dec_shape_params(&c, &p) != ATTN_OK)
         return 0;
     if (mem_prepare(cfg, &p, memory, NULL, mem, &c) != ATTN_OK)
         return 0;
@@ -856,7 +573,7 @@ static attn_status step_body(const step_args *s, attn_view *out, attn__plan *pl)
     const int64_t *shp = s->x->shape;
     attn_view cur = *s->x;
     for (int blk = 0; blk < 3; ++blk) {
-        if (blk == 1 && !has_cross(c))
+        if (blk == 1 && !attn__dec_has_cross(c))
             continue;
         attn_view h = attn__plan_scratch(pl, dt, 3, shp, false);
         attn_view nxt = blk == 2 ? *out : attn__plan_scratch(pl, dt, 3, shp, false);
@@ -893,10 +610,10 @@ static attn_status step_prepare(const attn_decoder_config *cfg, const attn_decod
                                 const attn_kv_cache *kc, const attn_kv_cache *mc,
                                 attn_step_opts *oc, attn_decoder_config *c) {
     ATTN_TRY(attn_decoder_config_resolve(cfg, c));
-    ATTN_TRY(check_params(c, p));
+    ATTN_TRY(attn__dec_check_params(c, p));
     if (o->rope.on)
         return ATTN_EINVAL; /* a decoder's RoPE is in its config */
-    if (has_cross(c) != (mc != NULL))
+    if (attn__dec_has_cross(c) != (mc != NULL))
         return ATTN_EINVAL;
     attn_step_opts os = *o;
     os.rope = c->rope;
@@ -922,7 +639,8 @@ size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg, const at
     attn_step_opts oc;
     attn_view out;
     size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
+    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
+        attn__dec_shape_params(&c, &p) != ATTN_OK)
         return 0;
     if (!opts)
         opts = &no_step_opts;
@@ -955,8 +673,8 @@ attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder
                                              mem ? &mem->v : NULL,
                                              mem ? &mlv : NULL};
     step_args s = {&c, p, opts, &oc, x, self_cache, mem, out};
-    ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, param_views(&c, p, ins, 6), work,
-                              work_size));
+    ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, attn__dec_param_views(&c, p, ins, 6),
+                              work, work_size));
     attn__mha_step_commit(opts, x, self_cache);
     return ATTN_OK;
 }
