@@ -80,22 +80,44 @@ def strip_comments(text):
 
 def public_headers():
     """The public headers in the umbrella attn/attn.h's order, then any other
-    include/attn/*.h (sorted), except export.h and those that need <mpi.h>."""
+    include/attn/*.h (sorted), each after the headers it includes; except export.h
+    and those that need <mpi.h> (returned apart)."""
     text = open(os.path.join(INC, "attn.h"), encoding="utf-8").read()
     names = re.findall(r'#include\s+"attn/([a-z0-9_]+\.h)"', text)
     for n in sorted(os.listdir(INC)):
         n = n[:-3] if n.endswith(".h.in") else n
         if n.endswith(".h") and n not in names and n != "attn.h":
             names.append(n)
-    out, skipped = [], []
-    for n in names:
-        if n == "export.h":
-            continue
+    def path_of(n):
         path = os.path.join(INC, n)
         if not os.path.exists(path) and os.path.exists(path + ".in"):
             path += ".in"  # version.h is configured by meson from version.h.in
         if not os.path.exists(path):
-            raise GenError(f"attn.h includes attn/{n}, which is not in include/attn")
+            raise GenError(f"attn/{n} is included but is not in include/attn")
+        return path
+
+    # each header after the attn headers it includes itself (its types come first)
+    order, state = [], {}
+
+    def visit(n):
+        if state.get(n) == "done":
+            return
+        if state.get(n) == "open":
+            raise GenError(f"attn/{n} is part of an include cycle")
+        state[n] = "open"
+        text = open(path_of(n), encoding="utf-8").read()
+        for dep in re.findall(r'#include\s+"attn/([a-z0-9_]+\.h)"', text):
+            visit(dep)
+        state[n] = "done"
+        order.append(n)
+
+    for n in names:
+        visit(n)
+    out, skipped = [], []
+    for n in order:
+        if n == "export.h":
+            continue
+        path = path_of(n)
         if re.search(r"#\s*include\s*<mpi\.h>", open(path, encoding="utf-8").read()):
             skipped.append(n)  # MPI_Comm is not interoperable (docs/fortran.md)
             continue

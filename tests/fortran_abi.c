@@ -12,6 +12,7 @@
 #include <attn/kernels.h>
 #include <attn/layers.h>
 #include <attn/posenc.h>
+#include <attn/decode.h>
 #include <attn/init.h>
 #include <attn/diag.h>
 
@@ -97,5 +98,56 @@ int main(void) {
     printf("attn_encoder_params.ln2_g %zu %zu\n", offsetof(attn_encoder_params, ln2_g), sizeof(((const attn_encoder_params *)0)->ln2_g));
     printf("attn_encoder_params.ln2_b %zu %zu\n", offsetof(attn_encoder_params, ln2_b), sizeof(((const attn_encoder_params *)0)->ln2_b));
     printf("attn_encoder_params.ffn %zu %zu\n", offsetof(attn_encoder_params, ffn), sizeof(((const attn_encoder_params *)0)->ffn));
+    printf("attn_kv_cache %zu\n", sizeof(attn_kv_cache));
+    printf("attn_kv_cache.k %zu %zu\n", offsetof(attn_kv_cache, k), sizeof(((const attn_kv_cache *)0)->k));
+    printf("attn_kv_cache.v %zu %zu\n", offsetof(attn_kv_cache, v), sizeof(((const attn_kv_cache *)0)->v));
+    printf("attn_kv_cache.len %zu %zu\n", offsetof(attn_kv_cache, len), sizeof(((const attn_kv_cache *)0)->len));
+    printf("attn_rope_config %zu\n", sizeof(attn_rope_config));
+    printf("attn_rope_config.on %zu %zu\n", offsetof(attn_rope_config, on), sizeof(((const attn_rope_config *)0)->on));
+    printf("attn_rope_config.style %zu %zu\n", offsetof(attn_rope_config, style), sizeof(((const attn_rope_config *)0)->style));
+    printf("attn_rope_config.base %zu %zu\n", offsetof(attn_rope_config, base), sizeof(((const attn_rope_config *)0)->base));
+    printf("attn_step_opts %zu\n", sizeof(attn_step_opts));
+    printf("attn_step_opts.scale %zu %zu\n", offsetof(attn_step_opts, scale), sizeof(((const attn_step_opts *)0)->scale));
+    printf("attn_step_opts.keep %zu %zu\n", offsetof(attn_step_opts, keep), sizeof(((const attn_step_opts *)0)->keep));
+    printf("attn_step_opts.bias %zu %zu\n", offsetof(attn_step_opts, bias), sizeof(((const attn_step_opts *)0)->bias));
+    printf("attn_step_opts.n_new %zu %zu\n", offsetof(attn_step_opts, n_new), sizeof(((const attn_step_opts *)0)->n_new));
+    printf("attn_step_opts.rope %zu %zu\n", offsetof(attn_step_opts, rope), sizeof(((const attn_step_opts *)0)->rope));
+    printf("attn_step_opts.threads %zu %zu\n", offsetof(attn_step_opts, threads), sizeof(((const attn_step_opts *)0)->threads));
+    printf("attn_step_opts.split %zu %zu\n", offsetof(attn_step_opts, split), sizeof(((const attn_step_opts *)0)->split));
+    printf("attn_decoder_config %zu\n", sizeof(attn_decoder_config));
+    printf("attn_decoder_config.self_attn %zu %zu\n", offsetof(attn_decoder_config, self_attn), sizeof(((const attn_decoder_config *)0)->self_attn));
+    printf("attn_decoder_config.cross %zu %zu\n", offsetof(attn_decoder_config, cross), sizeof(((const attn_decoder_config *)0)->cross));
+    printf("attn_decoder_config.ffn %zu %zu\n", offsetof(attn_decoder_config, ffn), sizeof(((const attn_decoder_config *)0)->ffn));
+    printf("attn_decoder_config.eps %zu %zu\n", offsetof(attn_decoder_config, eps), sizeof(((const attn_decoder_config *)0)->eps));
+    printf("attn_decoder_config.norm %zu %zu\n", offsetof(attn_decoder_config, norm), sizeof(((const attn_decoder_config *)0)->norm));
+    printf("attn_decoder_config.ln_affine %zu %zu\n", offsetof(attn_decoder_config, ln_affine), sizeof(((const attn_decoder_config *)0)->ln_affine));
+    printf("attn_decoder_config.rope %zu %zu\n", offsetof(attn_decoder_config, rope), sizeof(((const attn_decoder_config *)0)->rope));
+    printf("attn_decoder_params %zu\n", sizeof(attn_decoder_params));
+    printf("attn_decoder_params.ln1_g %zu %zu\n", offsetof(attn_decoder_params, ln1_g), sizeof(((const attn_decoder_params *)0)->ln1_g));
+    printf("attn_decoder_params.ln1_b %zu %zu\n", offsetof(attn_decoder_params, ln1_b), sizeof(((const attn_decoder_params *)0)->ln1_b));
+    printf("attn_decoder_params.self_attn %zu %zu\n", offsetof(attn_decoder_params, self_attn), sizeof(((const attn_decoder_params *)0)->self_attn));
+    printf("attn_decoder_params.ln2_g %zu %zu\n", offsetof(attn_decoder_params, ln2_g), sizeof(((const attn_decoder_params *)0)->ln2_g));
+    printf("attn_decoder_params.ln2_b %zu %zu\n", offsetof(attn_decoder_params, ln2_b), sizeof(((const attn_decoder_params *)0)->ln2_b));
+    printf("attn_decoder_params.cross %zu %zu\n", offsetof(attn_decoder_params, cross), sizeof(((const attn_decoder_params *)0)->cross));
+    printf("attn_decoder_params.ln3_g %zu %zu\n", offsetof(attn_decoder_params, ln3_g), sizeof(((const attn_decoder_params *)0)->ln3_g));
+    printf("attn_decoder_params.ln3_b %zu %zu\n", offsetof(attn_decoder_params, ln3_b), sizeof(((const attn_decoder_params *)0)->ln3_b));
+    printf("attn_decoder_params.ffn %zu %zu\n", offsetof(attn_decoder_params, ffn), sizeof(((const attn_decoder_params *)0)->ffn));
+    printf("attn_decoder_saved %zu\n", sizeof(attn_decoder_saved));
+    printf("attn_decoder_saved.ln_in %zu %zu\n", offsetof(attn_decoder_saved, ln_in), sizeof(((const attn_decoder_saved *)0)->ln_in));
+    printf("attn_decoder_saved.ln_out %zu %zu\n", offsetof(attn_decoder_saved, ln_out), sizeof(((const attn_decoder_saved *)0)->ln_out));
+    printf("attn_decoder_saved.mean %zu %zu\n", offsetof(attn_decoder_saved, mean), sizeof(((const attn_decoder_saved *)0)->mean));
+    printf("attn_decoder_saved.rstd %zu %zu\n", offsetof(attn_decoder_saved, rstd), sizeof(((const attn_decoder_saved *)0)->rstd));
+    printf("attn_decoder_saved.sq %zu %zu\n", offsetof(attn_decoder_saved, sq), sizeof(((const attn_decoder_saved *)0)->sq));
+    printf("attn_decoder_saved.sk %zu %zu\n", offsetof(attn_decoder_saved, sk), sizeof(((const attn_decoder_saved *)0)->sk));
+    printf("attn_decoder_saved.sv %zu %zu\n", offsetof(attn_decoder_saved, sv), sizeof(((const attn_decoder_saved *)0)->sv));
+    printf("attn_decoder_saved.sconcat %zu %zu\n", offsetof(attn_decoder_saved, sconcat), sizeof(((const attn_decoder_saved *)0)->sconcat));
+    printf("attn_decoder_saved.slse %zu %zu\n", offsetof(attn_decoder_saved, slse), sizeof(((const attn_decoder_saved *)0)->slse));
+    printf("attn_decoder_saved.cq %zu %zu\n", offsetof(attn_decoder_saved, cq), sizeof(((const attn_decoder_saved *)0)->cq));
+    printf("attn_decoder_saved.ck %zu %zu\n", offsetof(attn_decoder_saved, ck), sizeof(((const attn_decoder_saved *)0)->ck));
+    printf("attn_decoder_saved.cv %zu %zu\n", offsetof(attn_decoder_saved, cv), sizeof(((const attn_decoder_saved *)0)->cv));
+    printf("attn_decoder_saved.cconcat %zu %zu\n", offsetof(attn_decoder_saved, cconcat), sizeof(((const attn_decoder_saved *)0)->cconcat));
+    printf("attn_decoder_saved.clse %zu %zu\n", offsetof(attn_decoder_saved, clse), sizeof(((const attn_decoder_saved *)0)->clse));
+    printf("attn_decoder_saved.hid_pre %zu %zu\n", offsetof(attn_decoder_saved, hid_pre), sizeof(((const attn_decoder_saved *)0)->hid_pre));
+    printf("attn_decoder_saved.hid %zu %zu\n", offsetof(attn_decoder_saved, hid), sizeof(((const attn_decoder_saved *)0)->hid));
     return 0;
 }
