@@ -272,6 +272,25 @@ size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k, const at
     return total;
 }
 
+/* One task of attn_sdpa's loop (attn__parallel_for): task t is (b, h, query block). */
+typedef struct fwd_loop {
+    fwd_ctx    *c;
+    int64_t     nqb;
+    void       *work;
+    attn_status st;
+} fwd_loop;
+
+static void fwd_one(void *arg, int64_t t, int tid) {
+    fwd_loop *l = arg;
+    const attn__sdpa_plan *p = &l->c->p;
+    int64_t qb = l->nqb - 1 - t % l->nqb, bh = t / l->nqb;
+    char *wsp = (char *)l->work + (size_t)tid * l->c->per_thread;
+    attn_status s = p->dt == ATTN_F32 ? fwd_task_f32(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp)
+                                      : fwd_task_f64(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+    if (s != ATTN_OK)
+        __atomic_store_n(&l->st, s, __ATOMIC_RELAXED);
+}
+
 attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
                       const attn_sdpa_opts *opts, attn_view *out, void *work,
                       size_t work_size) {
@@ -292,31 +311,10 @@ attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v
         free(owned);
         return ATTN_OK;
     }
-    const attn__sdpa_plan *p = &c.p;
-    int64_t nqb = (p->Tq + p->bq - 1) / p->bq;
-    attn_status st = ATTN_OK;
-    attn__blas_serial_begin(nt);
     /* tasks (b, h, query block), the costliest (last, under causal) first */
-#if ATTN_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-#endif
-    for (int64_t t = 0; t < ntasks; ++t) {
-        int tid = 0;
-#if ATTN_HAVE_OPENMP
-        tid = omp_get_thread_num();
-#endif
-        int64_t qb = nqb - 1 - t % nqb, bh = t / nqb;
-        char *wsp = (char *)work + (size_t)tid * c.per_thread;
-        attn_status s = p->dt == ATTN_F32 ? fwd_task_f32(&c, bh / p->H, bh % p->H, qb * p->bq, wsp)
-                                          : fwd_task_f64(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
-        if (s != ATTN_OK) {
-#if ATTN_HAVE_OPENMP
-#pragma omp atomic write
-#endif
-            st = s;
-        }
-    }
-    attn__blas_serial_end(nt);
+    fwd_loop loop = {&c, (c.p.Tq + c.p.bq - 1) / c.p.bq, work, ATTN_OK};
+    attn__parallel_for(nt, ntasks, fwd_one, &loop);
+    attn_status st = loop.st;
     free(owned);
     ATTN_ASSERT(st == ATTN_OK); /* every tile product was validated by the plan */
     return st;

@@ -200,6 +200,22 @@ static attn_status run_task(const bwd_ctx *c, const bwd_sched *s, int pass, int6
     return ATTN_OK;
 }
 
+/* One task of a pass (attn__parallel_for), in the thread's own scratch. */
+typedef struct bwd_loop {
+    const bwd_ctx   *c;
+    const bwd_sched *s;
+    int              pass;
+    void            *work;
+    attn_status      st;
+} bwd_loop;
+
+static void bwd_one(void *arg, int64_t t, int tid) {
+    bwd_loop *l = arg;
+    attn_status e = run_task(l->c, l->s, l->pass, t, (char *)l->work + (size_t)tid * l->c->per_thread);
+    if (e != ATTN_OK)
+        __atomic_store_n(&l->st, e, __ATOMIC_RELAXED);
+}
+
 /* Bytes for a schedule with every gradient wanted (what the query reports). */
 static attn_status workspace(const bwd_ctx *c, const bwd_sched *s, size_t *total) {
     *total = 0;
@@ -241,24 +257,10 @@ attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const att
         if (n == 0)
             continue;
         int nt = s.nthreads < n ? s.nthreads : (int)n;
-        attn__blas_serial_begin(nt);
-#if ATTN_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-#endif
-        for (int64_t t = 0; t < n; ++t) {
-            int tid = 0;
-#if ATTN_HAVE_OPENMP
-            tid = omp_get_thread_num();
-#endif
-            attn_status e = run_task(&c, &s, pass, t, (char *)work + (size_t)tid * c.per_thread);
-            if (e != ATTN_OK) {
-#if ATTN_HAVE_OPENMP
-#pragma omp atomic write
-#endif
-                st = e;
-            }
-        }
-        attn__blas_serial_end(nt);
+        bwd_loop loop = {&c, &s, pass, work, ATTN_OK};
+        attn__parallel_for(nt, n, bwd_one, &loop);
+        if (loop.st != ATTN_OK)
+            st = loop.st;
     }
     free(owned);
     ATTN_ASSERT(st == ATTN_OK); /* every tile product was validated by the plan */
