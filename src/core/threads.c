@@ -30,8 +30,9 @@
  *    2^28 cycles after each threaded call) or another process want the same
  *    core, that spinning is what made attn up to 30x slower than with
  *    OMP_WAIT_POLICY=PASSIVE. A library may not set the environment for its
- *    user, so attn runs its loops on its own pool (attn__parallel_for below;
- *    with an OpenMP BLAS, in libgomp's team instead, see run_omp):
+ *    user, so attn runs its loops on its own pool (attn__parallel_for below),
+ *    with either OpenBLAS build (running them in libgomp's team instead, with
+ *    the OpenMP build, measured worse: sdpa T 64 8 ms in some runs, as before):
  *    workers spin ~ATTN__SPIN_NS and then sleep on a condition variable, the
  *    caller's thread takes tasks too, and tasks are claimed one at a time, so
  *    a worker that is not running when the loop starts simply never joins:
@@ -272,60 +273,6 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
         fn(ctx, t, 0);
 }
 
-#if ATTN_HAVE_OPENMP
-/*
- * With an OpenMP BLAS the host's own BLAS calls leave libgomp's workers
- * spinning for the next region: attn's loop is that region (a second pool
- * would compete with them), and the BLAS inside it is serial by itself. The
- * tasks are claimed as in the pool, and the team's master waits for the
- * others on a condition variable before the implicit barrier: asleep, its
- * core is free for a worker another process had pushed off its own.
- */
-typedef struct omp_join {
-    pthread_mutex_t lock;
-    pthread_cond_t  all_in;
-    int             arrived, team;
-} omp_join;
-
-static void run_omp(int nthreads, job *j) {
-    omp_join w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-#pragma omp parallel num_threads(nthreads)
-    {
-        int tid = omp_get_thread_num();
-#pragma omp single nowait
-        {
-            pthread_mutex_lock(&w.lock);
-            w.team = omp_get_num_threads();
-            pthread_mutex_unlock(&w.lock);
-        }
-        run_tasks(j, tid);
-        pthread_mutex_lock(&w.lock);
-        w.arrived++;
-        if (w.team && w.arrived == w.team)
-            pthread_cond_broadcast(&w.all_in);
-        pthread_mutex_unlock(&w.lock);
-        if (tid == 0) {
-            double until = now_ns() + ATTN__SPIN_NS;
-            for (;;) {
-                pthread_mutex_lock(&w.lock);
-                bool in = w.team && w.arrived == w.team;
-                pthread_mutex_unlock(&w.lock);
-                if (in || now_ns() > until)
-                    break;
-                for (int i = 0; i < 64; ++i)
-                    cpu_relax();
-            }
-            pthread_mutex_lock(&w.lock);
-            while (!w.team || w.arrived < w.team)
-                pthread_cond_wait(&w.all_in, &w.lock);
-            pthread_mutex_unlock(&w.lock);
-        }
-    }
-    pthread_cond_destroy(&w.all_in);
-    pthread_mutex_destroy(&w.lock);
-}
-#endif
-
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
     if (nthreads > ntasks)
         nthreads = (int)ntasks;
@@ -333,15 +280,6 @@ void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *c
         run_serial(ntasks, fn, ctx);
         return;
     }
-#if ATTN_HAVE_OPENMP
-    if (blas_parallel() == BLAS_OPENMP) {
-        job oj = {.fn = fn, .ctx = ctx, .n = ntasks};
-        atomic_init(&oj.next, 0);
-        atomic_init(&oj.busy, 0);
-        run_omp(nthreads, &oj);
-        return;
-    }
-#endif
     job j = {.fn = fn, .ctx = ctx, .n = ntasks, .want = nthreads - 1};
     atomic_init(&j.next, 0);
     atomic_init(&j.busy, 0);
