@@ -2,6 +2,7 @@
 /* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
 #include <math.h>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
 
 #define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
@@ -72,19 +73,27 @@ static bool act_ok(attn_act act) {
     return act == ATTN_ACT_GELU_TANH || act == ATTN_ACT_GELU_ERF || act == ATTN_ACT_RELU;
 }
 
-attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
-    if (!act_ok(act))
-        return ATTN_EINVAL;
+/* The checks and run behind attn_activation, attn_gelu and attn_relu. */
+static attn_status activation(attn_act act, const attn_view *x, attn_view *y) {
     ATTN_TRY(k_check_map(x, true, NULL, y, true));
+    attn__activation_run(act, x, y);
+    return ATTN_OK;
+}
+
+attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
+    return act_ok(act) ? activation(act, x, y) : ATTN_EINVAL;
+}
+
+void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
+    ATTN_ASSERT(act_ok(act) && k_check_map(x, true, NULL, y, true) == ATTN_OK);
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it;
     k_iter_init(&it, 2, (const attn_view *[]){x, y}, true);
     if (x->dtype == ATTN_F32)
         act_f32(act, &it, x, y);
     else
         act_f64(act, &it, x, y);
-    return ATTN_OK;
 }
 
 attn_status attn_activation_backward(attn_act act, const attn_view *x, const attn_view *dy,
@@ -92,25 +101,31 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
     if (!act_ok(act))
         return ATTN_EINVAL;
     ATTN_TRY(k_check_map(x, false, dy, dx, false));
+    attn__activation_backward_run(act, x, dy, dx);
+    return ATTN_OK;
+}
+
+void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_view *dy,
+                                   attn_view *dx) {
+    ATTN_ASSERT(act_ok(act) && k_check_map(x, false, dy, dx, false) == ATTN_OK);
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx}, true);
     if (x->dtype == ATTN_F32)
         act_bwd_f32(act, &it, x, dy, dx);
     else
         act_bwd_f64(act, &it, x, dy, dx);
-    return ATTN_OK;
 }
 
 attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {
     if (act != ATTN_ACT_GELU_TANH && act != ATTN_ACT_GELU_ERF)
         return ATTN_EINVAL;
-    return attn_activation(act, x, y);
+    return activation(act, x, y);
 }
 
 attn_status attn_relu(const attn_view *x, attn_view *y) {
-    return attn_activation(ATTN_ACT_RELU, x, y);
+    return activation(ATTN_ACT_RELU, x, y);
 }
 
 /* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
@@ -120,7 +135,7 @@ static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_vie
     return attn_view_broadcast(b, x->ndim, x->shape, out);
 }
 
-attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+static attn_status add_check(const attn_view *x, const attn_view *b, const attn_view *y) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(k_check_float(b, x->dtype));
     ATTN_TRY(k_check_float(y, x->dtype));
@@ -128,19 +143,34 @@ attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
         return ATTN_ESHAPE;
     attn_view bb;
     ATTN_TRY(broadcast_to(b, x, &bb));
-    ATTN_TRY(k_check_out(y, 2, (const attn_view *[]){x, b}, 3u));
+    (void)bb;
+    return k_check_out(y, 2, (const attn_view *[]){x, b}, 3u);
+}
+
+attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_TRY(add_check(x, b, y));
+    attn__add_run(x, b, y);
+    return ATTN_OK;
+}
+
+void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_ASSERT(add_check(x, b, y) == ATTN_OK);
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
+    attn_view bb;
+    attn_status st = broadcast_to(b, x, &bb);
+    ATTN_ASSERT(st == ATTN_OK);
+    (void)st;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, &bb, y}, true);
     if (x->dtype == ATTN_F32)
         add_f32(&it, x, &bb, y);
     else
         add_f64(&it, x, &bb, y);
-    return ATTN_OK;
 }
 
-attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+static attn_status add_backward_check(const attn_view *dy, const attn_view *dx,
+                                      const attn_view *db) {
     ATTN_TRY(k_check_float(dy, 0));
     attn_view dbb;
     if (dx) {
@@ -156,8 +186,19 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
         ATTN_TRY(k_check_out(dx, 1, (const attn_view *[]){dy}, 0));
     if (db)
         ATTN_TRY(k_check_out(db, 2, (const attn_view *[]){dy, dx}, 0));
+    return ATTN_OK;
+}
+
+attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_TRY(add_backward_check(dy, dx, db));
+    attn__add_backward_run(dy, dx, db);
+    return ATTN_OK;
+}
+
+void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_ASSERT(add_backward_check(dy, dx, db) == ATTN_OK);
     if (attn_view_numel(dy) == 0)
-        return ATTN_OK;
+        return;
     if (dx) { /* dx := dx + dy */
         k_iter it;
         k_iter_init(&it, 3, (const attn_view *[]){dx, dy, dx}, true);
@@ -167,6 +208,10 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
             add_f64(&it, dx, dy, dx);
     }
     if (db) {
+        attn_view dbb;
+        attn_status st = broadcast_to(db, dy, &dbb);
+        ATTN_ASSERT(st == ATTN_OK);
+        (void)st;
         k_sum p;
         k_sum_plan(&p, dy, &dbb);
         if (dy->dtype == ATTN_F32)
@@ -174,5 +219,4 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
         else
             sum_into_f64(&p, dy, &dbb);
     }
-    return ATTN_OK;
 }

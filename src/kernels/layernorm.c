@@ -2,6 +2,7 @@
 /* attn_layernorm and its backward over the last dim (biased variance, eps inside the root). */
 #include <math.h>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
 
 /* Instantiate the template for float, then double (include order matters). */
@@ -45,9 +46,9 @@ static void stat_iter(k_iter *it, const attn_view *a, const attn_view *b) {
     k_iter_init(it, 2, (const attn_view *[]){&v[0], &v[1]}, false);
 }
 
-attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamma,
-                           const attn_view *beta, attn_view *y, attn_view *mean,
-                           attn_view *rstd) {
+static attn_status layernorm_check(double eps, const attn_view *x, const attn_view *gamma,
+                                   const attn_view *beta, const attn_view *y,
+                                   const attn_view *mean, const attn_view *rstd) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(k_check_float(y, x->dtype));
     if (!(eps >= 0) || !isfinite(eps))
@@ -73,8 +74,23 @@ attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamm
             (i == 1 && mean && attn_view_overlaps(rstd, mean)))
             return ATTN_EALIAS;
     }
+    return ATTN_OK;
+}
+
+attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamma,
+                           const attn_view *beta, attn_view *y, attn_view *mean,
+                           attn_view *rstd) {
+    ATTN_TRY(layernorm_check(eps, x, gamma, beta, y, mean, rstd));
+    attn__layernorm_run(eps, x, gamma, beta, y, mean, rstd);
+    return ATTN_OK;
+}
+
+void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
+                         const attn_view *beta, attn_view *y, attn_view *mean,
+                         attn_view *rstd) {
+    ATTN_ASSERT(layernorm_check(eps, x, gamma, beta, y, mean, rstd) == ATTN_OK);
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it, ist;
     k_iter_init(&it, 2, (const attn_view *[]){x, y}, false);
     if (mean || rstd)
@@ -88,13 +104,12 @@ attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamm
         ln_affine_f64 a = {gamma ? gamma->data : NULL, beta ? beta->data : NULL, sg, sb};
         layernorm_f64(eps, &it, x, y, a, pst, mean, rstd);
     }
-    return ATTN_OK;
 }
 
-attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
-                                    const attn_view *mean, const attn_view *rstd,
-                                    const attn_view *dy, attn_view *dx, attn_view *dgamma,
-                                    attn_view *dbeta) {
+static attn_status backward_check(const attn_view *x, const attn_view *gamma,
+                                  const attn_view *mean, const attn_view *rstd,
+                                  const attn_view *dy, const attn_view *dx,
+                                  const attn_view *dgamma, const attn_view *dbeta) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(check_stat(mean, x));
     ATTN_TRY(check_stat(rstd, x));
@@ -110,7 +125,7 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
     if (!k_same_shape(x, dy) || (dx && !k_same_shape(x, dx)) || x->shape[x->ndim - 1] == 0)
         return ATTN_ESHAPE;
     const attn_view *in[] = {x, gamma, mean, rstd, dy};
-    attn_view *outs[] = {dx, dgamma, dbeta};
+    const attn_view *outs[] = {dx, dgamma, dbeta};
     for (int i = 0; i < 3; ++i) {
         if (!outs[i])
             continue;
@@ -119,8 +134,25 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
             if (outs[j] && attn_view_overlaps(outs[i], outs[j]))
                 return ATTN_EALIAS;
     }
+    return ATTN_OK;
+}
+
+attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
+                                    const attn_view *mean, const attn_view *rstd,
+                                    const attn_view *dy, attn_view *dx, attn_view *dgamma,
+                                    attn_view *dbeta) {
+    ATTN_TRY(backward_check(x, gamma, mean, rstd, dy, dx, dgamma, dbeta));
+    attn__layernorm_backward_run(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    return ATTN_OK;
+}
+
+void attn__layernorm_backward_run(const attn_view *x, const attn_view *gamma,
+                                  const attn_view *mean, const attn_view *rstd,
+                                  const attn_view *dy, attn_view *dx, attn_view *dgamma,
+                                  attn_view *dbeta) {
+    ATTN_ASSERT(backward_check(x, gamma, mean, rstd, dy, dx, dgamma, dbeta) == ATTN_OK);
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it, ist;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx ? dx : dy}, false);
     stat_iter(&ist, mean, rstd);
@@ -141,5 +173,4 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
             layernorm_bwd_params_f64(&it, x, dy, &ist, mean, rstd, dgamma ? dgamma->data : NULL,
                                      sdg, dbeta ? dbeta->data : NULL, sdb);
     }
-    return ATTN_OK;
 }
