@@ -240,8 +240,8 @@ typedef struct attn_sdpa_opts {
  * broadcasting to (B, H, Tq, Tk) with NumPy's rules (extent 1 or stride 0);
  * kv_len (B) with 0 <= kv_len[b] <= Tk; outputs weights (B, H, Tq, Tk) and
  * lse (B, H, Tq); algo; block_q, block_k (>= 0; 0 -> defaults; block_k
- * applies to TILED); threads (>= 0; 0 -> OpenMP's default team, serial for
- * small calls).
+ * applies to TILED); threads (>= 0; 0 -> OpenMP's default thread count,
+ * omp_get_max_threads(), serial for small calls).
  * A key is masked out when the causal rule, keep == 0, a -inf bias, or
  * j >= kv_len[b] says so. A row with no key left gives out = 0, weights 0
  * and lse = -1e30 (docs/numerics.md); never NaN from masking alone.
@@ -250,11 +250,12 @@ typedef struct attn_sdpa_opts {
  * online softmax over block_k-wide key tiles (workspace independent of Tk;
  * tiles past the causal / kv_len limit or fully masked by keep are skipped);
  * AUTO is MATERIALIZED when weights are requested, else TILED. Both run
- * (batch, head, query block) tasks on OpenMP threads, each tile product a
- * single-threaded attn_gemm (docs/design.md "Threads and the BLAS").
+ * (batch, head, query block) tasks on attn's own thread pool (the calling
+ * thread takes tasks too; idle workers sleep after 50 us), each tile
+ * product a single-threaded attn_gemm (docs/design.md "Threads and the BLAS").
  * Aliasing: out, weights, lse must not overlap any input or each other.
  * Workspace: attn_sdpa_workspace_size(q, k, v, opts) bytes (it depends on
- * the thread count: query and call with the same opts and OpenMP setting);
+ * the thread count: query and call with the same opts and OMP_NUM_THREADS);
  * work == NULL && work_size == 0 allocates for this call.
  * Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out, bad enum, scale not finite,
  * negative block or threads, kv_len out of range), ATTN_EDTYPE (mixed

@@ -15,10 +15,6 @@
 #include "kernels/lse_merge.h"
 #include "kernels/sdpa_decode_internal.h"
 
-#if ATTN_HAVE_OPENMP
-#include <omp.h>
-#endif
-
 /* One build for every x86-64 CPU: the K and V loops get AVX2 / AVX-512 clones (vexp.c). */
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
     (!defined(__clang__) || __clang_major__ >= 15)
@@ -88,6 +84,37 @@ attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
     return ATTN_OK;
 }
 
+/* The two loops of a decode run, as attn__parallel_for tasks. */
+typedef struct decode_ctx {
+    const attn__decode_plan *p;
+    const attn_view *q, *k, *v, *out, *lse;
+    char *w;
+} decode_ctx;
+
+/* Task t: split t % nsplit of (b, key/value head) t / nsplit. */
+static void split_fn(void *ctx, int64_t t, int tid) {
+    const decode_ctx *c = ctx;
+    const attn__decode_plan *p = c->p;
+    int64_t s = t % p->nsplit, bh = t / p->nsplit;
+    if (p->dt == ATTN_F32)
+        split_task_f32(p, c->q, c->k, c->v, bh / p->Hkv, bh % p->Hkv, s, c->w, tid, c->out,
+                       c->lse);
+    else
+        split_task_f64(p, c->q, c->k, c->v, bh / p->Hkv, bh % p->Hkv, s, c->w, tid, c->out,
+                       c->lse);
+}
+
+/* Task bh: merge the splits of (b, key/value head) bh's rows through their lse. */
+static void merge_fn(void *ctx, int64_t bh, int tid) {
+    const decode_ctx *c = ctx;
+    const attn__decode_plan *p = c->p;
+    (void)tid;
+    if (p->dt == ATTN_F32)
+        merge_rows_f32(p, bh / p->Hkv, bh % p->Hkv, c->out, c->lse, c->w);
+    else
+        merge_rows_f64(p, bh / p->Hkv, bh % p->Hkv, c->out, c->lse, c->w);
+}
+
 attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, const attn_view *k,
                              const attn_view *v, const attn_view *out, const attn_view *lse,
                              void *work) {
@@ -100,37 +127,11 @@ attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, con
     int nt = attn__threads(p->threads, ntasks, flops);
     if (nt > p->threads)
         nt = p->threads;
-    char *w = work;
-#if ATTN_HAVE_OPENMP
-#pragma omp parallel num_threads(nt) if (nt > 1)
-#endif
-    {
-        int tid = 0;
-#if ATTN_HAVE_OPENMP
-        tid = omp_get_thread_num();
-#pragma omp for schedule(dynamic, 1) nowait
-#endif
-        for (int64_t t = 0; t < ntasks; ++t) {
-            int64_t s = t % p->nsplit, bh = t / p->nsplit;
-            if (p->dt == ATTN_F32)
-                split_task_f32(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid, out, lse);
-            else
-                split_task_f64(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid, out, lse);
-        }
-        /* merge the splits of each row through their lse (one split: written already) */
-        if (p->nsplit > 1) {
-#if ATTN_HAVE_OPENMP
-#pragma omp barrier
-#pragma omp for schedule(static) nowait
-#endif
-            for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) {
-                if (p->dt == ATTN_F32)
-                    merge_rows_f32(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
-                else
-                    merge_rows_f64(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
-            }
-        }
-    }
+    decode_ctx c = {p, q, k, v, out, lse, work};
+    attn__parallel_for(nt, ntasks, split_fn, &c);
+    /* one split: every row is written already */
+    if (p->nsplit > 1)
+        attn__parallel_for(nt, p->B * p->Hkv, merge_fn, &c);
     return ATTN_OK;
 }
 
