@@ -91,8 +91,9 @@ static attn_status batch_strides(const attn_view *x, const gemm_plan *p, int64_t
 
 static bool fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
 
-static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
-                             const attn_view *b, const attn_view *c, gemm_plan *p) {
+/* The views themselves (the public door only): present, well-formed, one float dtype. */
+static attn_status gemm_check_views(attn_trans ta, attn_trans tb, const attn_view *a,
+                                    const attn_view *b, const attn_view *c) {
     if (!a || !b || !c || (ta != ATTN_NO_TRANS && ta != ATTN_TRANS) ||
         (tb != ATTN_NO_TRANS && tb != ATTN_TRANS))
         return ATTN_EINVAL;
@@ -105,6 +106,26 @@ static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
         return ATTN_EDTYPE;
     if (c->dtype != ATTN_F32 && c->dtype != ATTN_F64)
         return ATTN_EDTYPE;
+    return ATTN_OK;
+}
+
+/* C must not overlap itself (ESTRIDE) nor A or B (EALIAS). */
+static attn_status gemm_check_aliasing(const attn_view *a, const attn_view *b,
+                                       const attn_view *c) {
+    if (attn__self_overlaps(c))
+        return ATTN_ESTRIDE;
+    if (attn__overlaps_raw(c, a) || attn__overlaps_raw(c, b))
+        return ATTN_EALIAS;
+    return ATTN_OK;
+}
+
+/*
+ * Shapes, batch broadcasting, CBLAS forms and packing sizes of valid views: the
+ * only set-up the trusted attn__gemm_* functions do (no view checks, no sort, no
+ * overlap tests). ESHAPE or ERANGE.
+ */
+static attn_status gemm_layout(attn_trans ta, attn_trans tb, const attn_view *a,
+                               const attn_view *b, const attn_view *c, gemm_plan *p) {
     memset(p, 0, sizeof *p);
     p->a = logical(a, ta);
     p->b = logical(b, tb);
@@ -118,10 +139,6 @@ static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
     ATTN_TRY(batch_strides(b, p, p->bstr));
     for (int i = 0; i < p->nb; ++i)
         p->cstr[i] = p->bshape[i] > 1 ? c->stride[i] : 0;
-    if (attn__self_overlaps(c))
-        return ATTN_ESTRIDE;
-    if (attn__overlaps_raw(c, a) || attn__overlaps_raw(c, b))
-        return ATTN_EALIAS;
     if (!fits_int(p->c.r) || !fits_int(p->c.c) || !fits_int(p->a.c))
         return ATTN_ERANGE;
     p->es = attn_dtype_size(c->dtype);
@@ -154,6 +171,14 @@ static attn_status plan_gemm(attn_trans ta, attn_trans tb, const attn_view *a,
     return ATTN_OK;
 }
 
+/* Every check of the public door, in the documented order (docs/reliability.md). */
+static attn_status gemm_check(attn_trans ta, attn_trans tb, const attn_view *a,
+                              const attn_view *b, const attn_view *c, gemm_plan *p) {
+    ATTN_TRY(gemm_check_views(ta, tb, a, b, c));
+    ATTN_TRY(gemm_layout(ta, tb, a, b, c, p));
+    return gemm_check_aliasing(a, b, c);
+}
+
 size_t attn__gemm_pack_size(const attn_view *x, attn_trans t) {
     lmat m = logical(x, t);
     blas_form f = form_of(m);
@@ -162,10 +187,19 @@ size_t attn__gemm_pack_size(const attn_view *x, attn_trans t) {
     return attn__align64((size_t)m.r * (size_t)m.c * attn_dtype_size(x->dtype));
 }
 
+attn_status attn__gemm_need(attn_trans ta, attn_trans tb, const attn_view *a,
+                            const attn_view *b, const attn_view *c, size_t *bytes) {
+    gemm_plan p;
+    ATTN_ASSERT(gemm_check_views(ta, tb, a, b, c) == ATTN_OK);
+    ATTN_TRY(gemm_layout(ta, tb, a, b, c, &p));
+    *bytes = p.wa + p.wb + p.wc;
+    return ATTN_OK;
+}
+
 size_t attn_gemm_workspace_size(attn_trans ta, attn_trans tb, const attn_view *a,
                                 const attn_view *b, const attn_view *c) {
     gemm_plan p;
-    if (plan_gemm(ta, tb, a, b, c, &p) != ATTN_OK)
+    if (gemm_check(ta, tb, a, b, c, &p) != ATTN_OK)
         return 0;
     return p.wa + p.wb + p.wc;
 }
@@ -250,54 +284,75 @@ static bool fold_batch(gemm_plan *p) {
     return true;
 }
 
-attn_status attn_gemm(attn_trans ta, attn_trans tb, double alpha, const attn_view *a,
-                      const attn_view *b, double beta, attn_view *c, void *work,
-                      size_t work_size) {
-    gemm_plan p;
-    ATTN_TRY(plan_gemm(ta, tb, a, b, c, &p));
-    fold_batch(&p);
-    void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, p.wa + p.wb + p.wc, &owned));
-    char *wa = work, *wb = wa ? wa + p.wa : NULL, *wc = wb ? wb + p.wb : NULL;
+/* The products of a laid-out plan, on a workspace of at least wa + wb + wc bytes. */
+static void gemm_exec(gemm_plan *p, double alpha, const attn_view *a, const attn_view *b,
+                      double beta, attn_view *c, void *work) {
+    fold_batch(p);
+    char *wa = work, *wb = wa ? wa + p->wa : NULL, *wc = wb ? wb + p->wb : NULL;
     /* an empty C needs nothing, however many batches it has (2^32 of them must not loop) */
-    int64_t nbatch = p.c.r > 0 && p.c.c > 0;
-    for (int i = 0; i < p.nb; ++i)
-        nbatch *= p.bshape[i];
-    int64_t es = (int64_t)p.es;
+    int64_t nbatch = p->c.r > 0 && p->c.c > 0;
+    for (int i = 0; i < p->nb; ++i)
+        nbatch *= p->bshape[i];
+    int64_t es = (int64_t)p->es;
     for (int64_t t = 0; t < nbatch; ++t) {
         int64_t idx[2] = {0, 0}, rem = t;
-        for (int i = p.nb - 1; i >= 0; --i) {
-            idx[i] = rem % p.bshape[i];
-            rem /= p.bshape[i];
+        for (int i = p->nb - 1; i >= 0; --i) {
+            idx[i] = rem % p->bshape[i];
+            rem /= p->bshape[i];
         }
         int64_t oa = 0, ob = 0, oc = 0;
-        for (int i = 0; i < p.nb; ++i) {
-            oa += idx[i] * p.astr[i];
-            ob += idx[i] * p.bstr[i];
-            oc += idx[i] * p.cstr[i];
+        for (int i = 0; i < p->nb; ++i) {
+            oa += idx[i] * p->astr[i];
+            ob += idx[i] * p->bstr[i];
+            oc += idx[i] * p->cstr[i];
         }
         /* integer arithmetic: an empty operand (K == 0) may have NULL data, never read */
         const char *pa = (const char *)((uintptr_t)a->data + (uintptr_t)(oa * es));
         const char *pb = (const char *)((uintptr_t)b->data + (uintptr_t)(ob * es));
         char *pc = (char *)((uintptr_t)c->data + (uintptr_t)(oc * es));
-        if (p.wa) {
-            pack(pa, p.a, p.es, wa);
+        if (p->wa) {
+            pack(pa, p->a, p->es, wa);
             pa = wa;
         }
-        if (p.wb) {
-            pack(pb, p.b, p.es, wb);
+        if (p->wb) {
+            pack(pb, p->b, p->es, wb);
             pb = wb;
         }
-        if (p.wc) {
+        if (p->wc) {
             if (beta != 0.0)
-                pack(pc, p.c, p.es, wc);
-            blas_call(&p, alpha, pa, pb, beta, wc);
-            unpack(wc, p.c, p.es, pc);
+                pack(pc, p->c, p->es, wc);
+            blas_call(p, alpha, pa, pb, beta, wc);
+            unpack(wc, p->c, p->es, pc);
         } else {
-            blas_call(&p, alpha, pa, pb, beta, pc);
+            blas_call(p, alpha, pa, pb, beta, pc);
         }
     }
+}
+
+void attn__gemm_run(attn_trans ta, attn_trans tb, double alpha, const attn_view *a,
+                    const attn_view *b, double beta, attn_view *c, void *work,
+                    size_t work_size) {
+    gemm_plan p;
+    ATTN_ASSERT(gemm_check(ta, tb, a, b, c, &p) == ATTN_OK);
+    attn_status st = gemm_layout(ta, tb, a, b, c, &p);
+    ATTN_ASSERT(st == ATTN_OK && p.wa + p.wb + p.wc <= work_size);
+    (void)st;
+    (void)work_size;
+    gemm_exec(&p, alpha, a, b, beta, c, work);
+}
+
+attn_status attn_gemm(attn_trans ta, attn_trans tb, double alpha, const attn_view *a,
+                      const attn_view *b, double beta, attn_view *c, void *work,
+                      size_t work_size) {
+    gemm_plan p;
+    ATTN_TRY(gemm_check(ta, tb, a, b, c, &p));
+    size_t need = p.wa + p.wb + p.wc;
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
+    /* a caller's packing workspace must not overlap an operand (it is written first) */
+    if (!owned && need > 0 && attn__work_overlaps(work, need, (const attn_view *[]){a, b, c}, 3))
+        return ATTN_EALIAS;
+    gemm_exec(&p, alpha, a, b, beta, c, work);
     free(owned);
     return ATTN_OK;
 }
-

@@ -37,20 +37,6 @@ static inline bool attn__add_sz(size_t a, size_t b, size_t *r) {
 /* Round n up to a multiple of 64 bytes (workspace carving keeps alignment). */
 static inline size_t attn__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
 
-/* A bump allocator over a caller workspace: carve aligned blocks in order. */
-typedef struct attn__arena {
-    char  *base;
-    size_t size, used;
-} attn__arena;
-
-static inline void *attn__arena_take(attn__arena *a, size_t bytes) {
-    size_t off = attn__align64(a->used);
-    if (off > a->size || bytes > a->size - off)
-        return NULL;
-    a->used = off + bytes;
-    return a->base + off;
-}
-
 /*
  * Convenience workspace: when (*work, *size) is (NULL, 0) and need > 0,
  * allocate 64-byte-aligned memory and set *owned (caller frees with
@@ -70,9 +56,6 @@ static inline void *attn__elem(const attn_view *v, const int64_t *idx) {
 /* Check a view and require a given ndim and a float dtype (F32/F64). */
 ATTN_HIDDEN attn_status attn__check_float(const attn_view *v, int ndim);
 
-/* True when any stride of a non-trivial axis is 0 (a broadcast view). */
-ATTN_HIDDEN bool attn__has_broadcast(const attn_view *v);
-
 /*
  * Conservative self-overlap test for outputs: sorting axes by |stride|, each
  * axis must step past everything the inner axes span. Views that fail (stride
@@ -81,12 +64,58 @@ ATTN_HIDDEN bool attn__has_broadcast(const attn_view *v);
 ATTN_HIDDEN bool attn__self_overlaps(const attn_view *v);
 
 /*
+ * ---- Validation, once, at the public door (src/core/check.c) -------------
+ * The one validator per argument kind; every entry point that takes such an
+ * argument calls it, so the same misuse gives the same status everywhere.
+ * Order of checks in every function (docs/reliability.md): NULL and malformed
+ * views, dtype, shape and range, then aliasing, then workspace.
+ */
+
+/* v present and well-formed, of dtype dt, exactly of the given shape. */
+ATTN_HIDDEN attn_status attn__want(const attn_view *v, attn_dtype dt, int ndim,
+                                   const int64_t *shape);
+/* An optional view: NULL is fine, else as attn__want. */
+ATTN_HIDDEN attn_status attn__want_opt(const attn_view *v, attn_dtype dt, int ndim,
+                                       const int64_t *shape);
+/*
+ * Aliasing of a whole call: every output (NULL skipped) must not overlap
+ * itself (ATTN_ESTRIDE), any input, or any other output (ATTN_EALIAS; the same
+ * view object in two output slots is two outputs). At most ATTN__MAX_ALIAS views.
+ */
+#define ATTN__MAX_ALIAS 96
+ATTN_HIDDEN attn_status attn__check_aliasing(const attn_view *const *outs, int nout,
+                                             const attn_view *const *ins, int nin);
+/* True when the caller's workspace [work, work + bytes) overlaps one of the n views. */
+ATTN_HIDDEN bool attn__work_overlaps(const void *work, size_t bytes,
+                                     const attn_view *const *views, int n);
+
+/*
+ * ---- The trusted inside: run functions take validated arguments ----------
+ * Debug builds assert their preconditions; release builds trust the caller.
+ */
+
+/*
+ * attn_gemm's products on views the caller has validated (well-formed, one
+ * float dtype, C not overlapping itself, A or B). attn__gemm_need: the packing
+ * workspace (ESHAPE/ERANGE for shapes CBLAS cannot take); attn__gemm_run: the
+ * products, with work_size >= that need.
+ */
+ATTN_HIDDEN attn_status attn__gemm_need(attn_trans ta, attn_trans tb, const attn_view *a,
+                                        const attn_view *b, const attn_view *c,
+                                        size_t *bytes);
+ATTN_HIDDEN void attn__gemm_run(attn_trans ta, attn_trans tb, double alpha,
+                                const attn_view *a, const attn_view *b, double beta,
+                                attn_view *c, void *work, size_t work_size);
+/*
  * Bytes attn_gemm packs for the 2-D operand op(x) (0 when it maps straight
  * onto CBLAS): a product's workspace is the sum over its three operands.
  * For callers that size one workspace for many products on tiles of the same
  * views. x must be valid with a size that fits (no overflow check).
  */
 ATTN_HIDDEN size_t attn__gemm_pack_size(const attn_view *x, attn_trans t);
+
+/* dst := src for valid views of one dtype and shape that do not overlap. */
+ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
 
 /*
  * Threads and the BLAS (src/gemm.c; docs/design.md "Threads and the BLAS").

@@ -327,15 +327,6 @@ attn_status attn__check_float(const attn_view *v, int ndim) {
     return ATTN_OK;
 }
 
-bool attn__has_broadcast(const attn_view *v) {
-    if (attn_view_numel(v) == 0)
-        return false;
-    for (int k = 0; k < v->ndim; ++k)
-        if (v->shape[k] > 1 && v->stride[k] == 0)
-            return true;
-    return false;
-}
-
 attn_status attn_view_copy(const attn_view *src, attn_view *dst) {
     ATTN_TRY(attn_view_check(src));
     ATTN_TRY(attn_view_check(dst));
@@ -350,6 +341,11 @@ attn_status attn_view_copy(const attn_view *src, attn_view *dst) {
         return ATTN_ESTRIDE;
     if (attn_view_overlaps(src, dst))
         return ATTN_EALIAS;
+    attn__view_copy_run(src, dst);
+    return ATTN_OK;
+}
+
+void attn__view_copy_run(const attn_view *src, attn_view *dst) {
     int64_t n = attn_view_numel(src);
     size_t es = attn_dtype_size(src->dtype);
     int64_t idx[ATTN_MAX_DIMS] = {0};
@@ -361,7 +357,6 @@ attn_status attn_view_copy(const attn_view *src, attn_view *dst) {
             idx[k] = 0;
         }
     }
-    return ATTN_OK;
 }
 
 bool attn__self_overlaps(const attn_view *v) {

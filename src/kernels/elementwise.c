@@ -2,6 +2,7 @@
 /* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
 #include <math.h>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
 
 #define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
@@ -76,15 +77,19 @@ attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
     if (!act_ok(act))
         return ATTN_EINVAL;
     ATTN_TRY(k_check_map(x, true, NULL, y, true));
+    attn__activation_run(act, x, y);
+    return ATTN_OK;
+}
+
+void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it;
     k_iter_init(&it, 2, (const attn_view *[]){x, y}, true);
     if (x->dtype == ATTN_F32)
         act_f32(act, &it, x, y);
     else
         act_f64(act, &it, x, y);
-    return ATTN_OK;
 }
 
 attn_status attn_activation_backward(attn_act act, const attn_view *x, const attn_view *dy,
@@ -92,15 +97,20 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
     if (!act_ok(act))
         return ATTN_EINVAL;
     ATTN_TRY(k_check_map(x, false, dy, dx, false));
+    attn__activation_backward_run(act, x, dy, dx);
+    return ATTN_OK;
+}
+
+void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_view *dy,
+                                   attn_view *dx) {
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx}, true);
     if (x->dtype == ATTN_F32)
         act_bwd_f32(act, &it, x, dy, dx);
     else
         act_bwd_f64(act, &it, x, dy, dx);
-    return ATTN_OK;
 }
 
 attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {
@@ -128,16 +138,25 @@ attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
         return ATTN_ESHAPE;
     attn_view bb;
     ATTN_TRY(broadcast_to(b, x, &bb));
+    (void)bb;
     ATTN_TRY(k_check_out(y, 2, (const attn_view *[]){x, b}, 3u));
+    attn__add_run(x, b, y);
+    return ATTN_OK;
+}
+
+void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
+    attn_view bb;
+    attn_status st = broadcast_to(b, x, &bb);
+    ATTN_ASSERT(st == ATTN_OK);
+    (void)st;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, &bb, y}, true);
     if (x->dtype == ATTN_F32)
         add_f32(&it, x, &bb, y);
     else
         add_f64(&it, x, &bb, y);
-    return ATTN_OK;
 }
 
 attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
@@ -156,8 +175,13 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
         ATTN_TRY(k_check_out(dx, 1, (const attn_view *[]){dy}, 0));
     if (db)
         ATTN_TRY(k_check_out(db, 2, (const attn_view *[]){dy, dx}, 0));
+    attn__add_backward_run(dy, dx, db);
+    return ATTN_OK;
+}
+
+void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db) {
     if (attn_view_numel(dy) == 0)
-        return ATTN_OK;
+        return;
     if (dx) { /* dx := dx + dy */
         k_iter it;
         k_iter_init(&it, 3, (const attn_view *[]){dx, dy, dx}, true);
@@ -167,6 +191,10 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
             add_f64(&it, dx, dy, dx);
     }
     if (db) {
+        attn_view dbb;
+        attn_status st = broadcast_to(db, dy, &dbb);
+        ATTN_ASSERT(st == ATTN_OK);
+        (void)st;
         k_sum p;
         k_sum_plan(&p, dy, &dbb);
         if (dy->dtype == ATTN_F32)
@@ -174,5 +202,4 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
         else
             sum_into_f64(&p, dy, &dbb);
     }
-    return ATTN_OK;
 }

@@ -2,6 +2,7 @@
 /* attn_layernorm and its backward over the last dim (biased variance, eps inside the root). */
 #include <math.h>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
 
 /* Instantiate the template for float, then double (include order matters). */
@@ -73,8 +74,15 @@ attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamm
             (i == 1 && mean && attn_view_overlaps(rstd, mean)))
             return ATTN_EALIAS;
     }
+    attn__layernorm_run(eps, x, gamma, beta, y, mean, rstd);
+    return ATTN_OK;
+}
+
+void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
+                         const attn_view *beta, attn_view *y, attn_view *mean,
+                         attn_view *rstd) {
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it, ist;
     k_iter_init(&it, 2, (const attn_view *[]){x, y}, false);
     if (mean || rstd)
@@ -88,7 +96,6 @@ attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamm
         ln_affine_f64 a = {gamma ? gamma->data : NULL, beta ? beta->data : NULL, sg, sb};
         layernorm_f64(eps, &it, x, y, a, pst, mean, rstd);
     }
-    return ATTN_OK;
 }
 
 attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
@@ -119,8 +126,16 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
             if (outs[j] && attn_view_overlaps(outs[i], outs[j]))
                 return ATTN_EALIAS;
     }
+    attn__layernorm_backward_run(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
+    return ATTN_OK;
+}
+
+void attn__layernorm_backward_run(const attn_view *x, const attn_view *gamma,
+                                  const attn_view *mean, const attn_view *rstd,
+                                  const attn_view *dy, attn_view *dx, attn_view *dgamma,
+                                  attn_view *dbeta) {
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     k_iter it, ist;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx ? dx : dy}, false);
     stat_iter(&ist, mean, rstd);
@@ -141,5 +156,4 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
             layernorm_bwd_params_f64(&it, x, dy, &ist, mean, rstd, dgamma ? dgamma->data : NULL,
                                      sdg, dbeta ? dbeta->data : NULL, sdb);
     }
-    return ATTN_OK;
 }

@@ -2,6 +2,7 @@
 /* attn_linear: y = x W + b over the last dim, and its backward, all through attn_gemm. */
 #include <limits.h>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
 
 /* A 1-D view (n) as the one-row matrix (1, n); higher ranks are returned unchanged. */
@@ -45,24 +46,49 @@ static attn_status check_bias(const attn_view *b, const attn_view *w) {
     return b->ndim == 1 && b->shape[0] == w->shape[1] ? ATTN_OK : ATTN_ESHAPE;
 }
 
-size_t attn_linear_workspace_size(const attn_view *x, const attn_view *w, const attn_view *y) {
-    if (check_linear(x, w, y) != ATTN_OK)
-        return 0;
+attn_status attn__linear_need(const attn_view *x, const attn_view *w, const attn_view *y,
+                              size_t *bytes) {
     attn_view xm = as_matrix(x), ym = as_matrix(y);
-    return attn_gemm_workspace_size(ATTN_NO_TRANS, ATTN_NO_TRANS, &xm, w, &ym);
+    return attn__gemm_need(ATTN_NO_TRANS, ATTN_NO_TRANS, &xm, w, &ym, bytes);
+}
+
+void attn__linear_run(const attn_view *x, const attn_view *w, const attn_view *b, attn_view *y,
+                      void *work, size_t work_size) {
+    /* y = x W, then y += b */
+    attn_view xm = as_matrix(x), ym = as_matrix(y);
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &xm, w, 0.0, &ym, work, work_size);
+    if (b)
+        attn__add_run(y, b, y);
+}
+
+/* Every check of attn_linear: operands, bias, then the output's aliasing. */
+static attn_status check_forward(const attn_view *x, const attn_view *w, const attn_view *b,
+                                 const attn_view *y) {
+    ATTN_TRY(check_linear(x, w, y));
+    if (b)
+        ATTN_TRY(check_bias(b, w));
+    return k_check_out(y, 3, (const attn_view *[]){x, w, b}, 0);
+}
+
+size_t attn_linear_workspace_size(const attn_view *x, const attn_view *w, const attn_view *y) {
+    size_t need;
+    if (check_forward(x, w, NULL, y) != ATTN_OK || attn__linear_need(x, w, y, &need) != ATTN_OK)
+        return 0;
+    return need;
 }
 
 attn_status attn_linear(const attn_view *x, const attn_view *w, const attn_view *b,
                         attn_view *y, void *work, size_t work_size) {
-    ATTN_TRY(check_linear(x, w, y));
-    if (b) {
-        ATTN_TRY(check_bias(b, w));
-        ATTN_TRY(k_check_out(y, 1, (const attn_view *[]){b}, 0));
-    }
-    /* y = x W (attn_gemm checks y's strides and aliasing with x, W), then y += b */
-    attn_view xm = as_matrix(x), ym = as_matrix(y);
-    ATTN_TRY(attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &xm, w, 0.0, &ym, work, work_size));
-    return b ? attn_add(y, b, y) : ATTN_OK;
+    size_t need;
+    ATTN_TRY(check_forward(x, w, b, y));
+    ATTN_TRY(attn__linear_need(x, w, y, &need));
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
+    if (!owned && need > 0 && attn__work_overlaps(work, need, (const attn_view *[]){x, w, b, y}, 4))
+        return ATTN_EALIAS;
+    attn__linear_run(x, w, b, y, work, work_size);
+    free(owned);
+    return ATTN_OK;
 }
 
 /*
@@ -93,12 +119,16 @@ static dw_plan plan_dw(const attn_view *x, const attn_view *dy) {
 /* Slice s of a (..., r, c) view: the (r, c) matrix at leading multi-index s. */
 static attn_view slice_of(const attn_view *v, int64_t s) {
     attn_view m = *v;
-    char *d = v->data;
+    int64_t off = 0;
     for (int k = v->ndim - 3; k >= 0; --k) {
-        d += (s % v->shape[k]) * v->stride[k] * (int64_t)attn_dtype_size(v->dtype);
+        if (v->shape[k] == 0) { /* no slice at all: only the (r, c) shape matters */
+            off = 0;
+            break;
+        }
+        off += (s % v->shape[k]) * v->stride[k];
         s /= v->shape[k];
     }
-    m.data = d;
+    m.data = (void *)((uintptr_t)v->data + (uintptr_t)(off * (int64_t)attn_dtype_size(v->dtype)));
     m.ndim = 2;
     m.shape[0] = v->shape[v->ndim - 2];
     m.shape[1] = v->shape[v->ndim - 1];
@@ -108,21 +138,43 @@ static attn_view slice_of(const attn_view *v, int64_t s) {
 }
 
 /* Workspace for both products: they run one after the other, so the larger of the two. */
-static size_t bwd_need(const attn_view *x, const attn_view *w, const attn_view *dy,
-                       const attn_view *dx, const attn_view *dw) {
-    size_t need = 0;
+attn_status attn__linear_backward_need(const attn_view *x, const attn_view *w,
+                                       const attn_view *dy, const attn_view *dx,
+                                       const attn_view *dw, size_t *bytes) {
+    size_t need = 0, n = 0;
     if (dx) {
         attn_view dym = as_matrix(dy), dxm = as_matrix(dx);
-        need = attn_gemm_workspace_size(ATTN_NO_TRANS, ATTN_TRANS, &dym, w, &dxm);
+        ATTN_TRY(attn__gemm_need(ATTN_NO_TRANS, ATTN_TRANS, &dym, w, &dxm, &need));
     }
     if (dw) {
         dw_plan p = plan_dw(x, dy);
         attn_view xs = p.merged ? p.x : slice_of(&p.x, 0);
         attn_view ds = p.merged ? p.dy : slice_of(&p.dy, 0);
-        size_t n = attn_gemm_workspace_size(ATTN_TRANS, ATTN_NO_TRANS, &xs, &ds, dw);
-        need = n > need ? n : need;
+        ATTN_TRY(attn__gemm_need(ATTN_TRANS, ATTN_NO_TRANS, &xs, &ds, dw, &n));
     }
-    return need;
+    *bytes = n > need ? n : need;
+    return ATTN_OK;
+}
+
+void attn__linear_backward_run(const attn_view *x, const attn_view *w, const attn_view *dy,
+                               attn_view *dx, attn_view *dw, attn_view *db, void *work,
+                               size_t work_size) {
+    if (dx) { /* dx += dy W^T */
+        attn_view dym = as_matrix(dy), dxm = as_matrix(dx);
+        attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, 1.0, &dym, w, 1.0, &dxm, work, work_size);
+    }
+    if (dw) { /* dW += x^T dy over every leading index */
+        dw_plan p = plan_dw(x, dy);
+        if (p.merged)
+            attn__gemm_run(ATTN_TRANS, ATTN_NO_TRANS, 1.0, &p.x, &p.dy, 1.0, dw, work,
+                           work_size);
+        for (int64_t s = 0; !p.merged && s < p.nslices; ++s) {
+            attn_view xs = slice_of(&p.x, s), ds = slice_of(&p.dy, s);
+            attn__gemm_run(ATTN_TRANS, ATTN_NO_TRANS, 1.0, &xs, &ds, 1.0, dw, work, work_size);
+        }
+    }
+    if (db) /* db += dy summed over every leading dim */
+        attn__add_backward_run(dy, NULL, db);
 }
 
 /* Every check of attn_linear_backward, so that nothing fails after a first write. */
@@ -158,37 +210,25 @@ static attn_status check_backward(const attn_view *x, const attn_view *w, const 
 size_t attn_linear_backward_workspace_size(const attn_view *x, const attn_view *w,
                                            const attn_view *dy, const attn_view *dx,
                                            const attn_view *dw) {
-    if (check_backward(x, w, dy, dx, dw, NULL) != ATTN_OK)
+    size_t need;
+    if (check_backward(x, w, dy, dx, dw, NULL) != ATTN_OK ||
+        attn__linear_backward_need(x, w, dy, dx, dw, &need) != ATTN_OK)
         return 0;
-    return bwd_need(x, w, dy, dx, dw);
+    return need;
 }
 
 attn_status attn_linear_backward(const attn_view *x, const attn_view *w, const attn_view *dy,
                                  attn_view *dx, attn_view *dw, attn_view *db, void *work,
                                  size_t work_size) {
+    size_t need;
     ATTN_TRY(check_backward(x, w, dy, dx, dw, db));
-    size_t need = bwd_need(x, w, dy, dx, dw);
+    ATTN_TRY(attn__linear_backward_need(x, w, dy, dx, dw, &need));
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
-    if (need == 0)
-        work = NULL;
-    attn_status st = ATTN_OK;
-    if (dx) { /* dx += dy W^T */
-        attn_view dym = as_matrix(dy), dxm = as_matrix(dx);
-        st = attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, 1.0, &dym, w, 1.0, &dxm, work, need);
-    }
-    if (dw && st == ATTN_OK) { /* dW += x^T dy over every leading index */
-        dw_plan p = plan_dw(x, dy);
-        if (p.merged)
-            st = attn_gemm(ATTN_TRANS, ATTN_NO_TRANS, 1.0, &p.x, &p.dy, 1.0, dw, work, need);
-        for (int64_t s = 0; !p.merged && s < p.nslices && st == ATTN_OK; ++s) {
-            attn_view xs = slice_of(&p.x, s), ds = slice_of(&p.dy, s);
-            st = attn_gemm(ATTN_TRANS, ATTN_NO_TRANS, 1.0, &xs, &ds, 1.0, dw, work, need);
-        }
-    }
-    if (db && st == ATTN_OK) /* db += dy summed over every leading dim */
-        st = attn_add_backward(dy, NULL, db);
+    if (!owned && need > 0 &&
+        attn__work_overlaps(work, need, (const attn_view *[]){x, w, dy, dx, dw, db}, 6))
+        return ATTN_EALIAS;
+    attn__linear_backward_run(x, w, dy, dx, dw, db, work, work_size);
     free(owned);
-    ATTN_ASSERT(st == ATTN_OK); /* everything was checked above */
-    return st;
+    return ATTN_OK;
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
 
 #define DEFAULT_BASE 10000.0
@@ -76,13 +77,15 @@ static attn_status check_table(int64_t offset, const attn_view *act, const attn_
 attn_status attn_posenc_add(int64_t offset, const attn_view *table, attn_view *x) {
     attn_view rows;
     ATTN_TRY(check_table(offset, x, table, true, &rows));
-    return attn_add(x, &rows, x); /* (T, C) broadcast over the batch */
+    attn__add_run(x, &rows, x); /* (T, C) broadcast over the batch */
+    return ATTN_OK;
 }
 
 attn_status attn_posenc_add_backward(int64_t offset, const attn_view *dx, attn_view *dtable) {
     attn_view rows;
     ATTN_TRY(check_table(offset, dx, dtable, false, &rows));
-    return attn_add_backward(dx, NULL, &rows); /* sums over the batch */
+    attn__add_backward_run(dx, NULL, &rows); /* sums over the batch */
+    return ATTN_OK;
 }
 
 /* ---- RoPE ------------------------------------------------------------------------ */

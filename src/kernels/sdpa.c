@@ -120,61 +120,43 @@ attn_view attn__sdpa_buf(attn_dtype dt, void *data, int64_t rows, int64_t cols, 
 
 /* Everything a forward task reads; per-thread scratch is carved at these offsets. */
 typedef struct fwd_ctx {
-    attn__sdpa_plan  p;
-    attn_view        q, k, v, out;
-    const attn_view *weights, *lse;
-    size_t           off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
+    const attn__sdpa_plan *p;
+    const attn_view       *q, *k, *v, *out, *weights, *lse;
+    size_t                 off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
 } fwd_ctx;
 
-#define T float
-#define SFX(name) name##_f32
-#define EXP expf
-#define VMAX attn__vmax_f32
-#define VEXP_SUM attn__vexp_sum_f32
+/* clang-format off */
+#define ATTN_TMPL_F32
+#include "tmpl/dtype_on.h"
 #include "tmpl/sdpa.h"
-#undef T
-#undef SFX
-#undef EXP
-#undef VMAX
-#undef VEXP_SUM
-
-#define T double
-#define SFX(name) name##_f64
-#define EXP exp
-#define VMAX attn__vmax_f64
-#define VEXP_SUM attn__vexp_sum_f64
+#include "tmpl/dtype_off.h"
+#define ATTN_TMPL_F64
+#include "tmpl/dtype_on.h"
 #include "tmpl/sdpa.h"
-#undef T
-#undef SFX
-#undef EXP
-#undef VMAX
-#undef VEXP_SUM
+#include "tmpl/dtype_off.h"
+/* clang-format on */
 
-attn_status attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                              int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
-                              int64_t cols, void *s, int64_t lds, void *gw, size_t gws) {
+void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                       int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                       void *s, int64_t lds, void *gw, size_t gws) {
     /* S (rows, cols) = scale q[b, h, i0:] k[b, h / group, j0:]^T */
     attn_view qt = attn__sdpa_rows(q, b, h, i0, rows);
     attn_view kt = attn__sdpa_rows(k, b, h / p->group, j0, cols);
     attn_view st = attn__sdpa_buf(p->dt, s, rows, cols, lds);
-    ATTN_TRY(attn_gemm(ATTN_NO_TRANS, ATTN_TRANS, p->scale, &qt, &kt, 0.0, &st, gw, gws));
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, p->scale, &qt, &kt, 0.0, &st, gw, gws);
     if (p->dt == ATTN_F32)
         mask_tile_f32(p, b, h, i0, rows, j0, cols, s, lds);
     else
         mask_tile_f64(p, b, h, i0, rows, j0, cols, s, lds);
-    return ATTN_OK;
 }
 
 /* ---- the forward --------------------------------------------------------- */
 
-/* Validate the outputs against the plan (before anything is written). */
-static attn_status check_outputs(const attn__sdpa_plan *p, const attn_view *q,
-                                 const attn_view *k, const attn_view *v,
-                                 const attn_sdpa_opts *opts, const attn_view *out) {
+attn_status attn__sdpa_check_outputs(const attn__sdpa_plan *p, const attn_view *out,
+                                     const attn_view *w, const attn_view *lse) {
     if (!out)
         return ATTN_EINVAL;
     ATTN_TRY(attn__check_float(out, 4));
-    const attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
     if (w)
         ATTN_TRY(attn__check_float(w, 4));
     if (lse)
@@ -186,31 +168,17 @@ static attn_status check_outputs(const attn__sdpa_plan *p, const attn_view *q,
         if (out->shape[d] != os[d] || (w && w->shape[d] != ws[d]) ||
             (lse && d < 3 && lse->shape[d] != ws[d]))
             return ATTN_ESHAPE;
-    const attn_view *outs[3] = {out, w, lse};
-    const attn_view *ins[5] = {q, k, v, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    return attn__sdpa_check_aliasing(outs, 3, ins, 5);
+    return ATTN_OK;
 }
 
 attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
                                       const attn_view *const *ins, int nin) {
-    for (int o = 0; o < nout; ++o) {
-        if (!outs[o])
-            continue;
-        if (attn__self_overlaps(outs[o]))
-            return ATTN_ESTRIDE;
-        for (int i = 0; i < nin; ++i)
-            if (ins[i] && attn_view_overlaps(outs[o], ins[i]))
-                return ATTN_EALIAS;
-        for (int o2 = 0; o2 < o; ++o2)
-            if (outs[o2] && attn_view_overlaps(outs[o], outs[o2]))
-                return ATTN_EALIAS;
-    }
-    return ATTN_OK;
+    return attn__check_aliasing(outs, nout, ins, nin);
 }
 
 /* Scratch per thread: score tile, accumulator, row max and sum, attn_gemm packing. */
 static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t *total) {
-    const attn__sdpa_plan *p = &c->p;
+    const attn__sdpa_plan *p = c->p;
     size_t es = attn_dtype_size(p->dt), s, acc, ml;
     if (!attn__mul_sz((size_t)p->bq, (size_t)p->bk, &s) || !attn__mul_sz(s, es, &s) ||
         !attn__mul_sz((size_t)p->bq, (size_t)p->Dv, &acc) || !attn__mul_sz(acc, es, &acc) ||
@@ -220,9 +188,9 @@ static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t
     /* attn_gemm packs operands without a unit stride: size it on a full tile */
     c->gws = 0;
     if (p->B > 0 && p->H > 0 && p->Tq > 0 && p->Tk > 0) {
-        attn_view qt = attn__sdpa_rows(&c->q, 0, 0, 0, p->bq);
-        attn_view kt = attn__sdpa_rows(&c->k, 0, 0, 0, p->bk);
-        attn_view vt = attn__sdpa_rows(&c->v, 0, 0, 0, p->bk);
+        attn_view qt = attn__sdpa_rows(c->q, 0, 0, 0, p->bq);
+        attn_view kt = attn__sdpa_rows(c->k, 0, 0, 0, p->bk);
+        attn_view vt = attn__sdpa_rows(c->v, 0, 0, 0, p->bk);
         size_t g1 = attn__gemm_pack_size(&qt, ATTN_NO_TRANS) +
                     attn__gemm_pack_size(&kt, ATTN_TRANS);    /* S = q k^T */
         size_t g2 = attn__gemm_pack_size(&vt, ATTN_NO_TRANS); /* acc += P v */
@@ -249,52 +217,30 @@ static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t
     return ATTN_OK;
 }
 
-static attn_status fwd_prepare(const attn_view *q, const attn_view *k, const attn_view *v,
-                               const attn_sdpa_opts *opts, fwd_ctx *c, int64_t *ntasks,
-                               int *nthreads, size_t *total) {
-    memset(c, 0, sizeof *c);
-    bool want_w = opts && opts->weights;
-    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, want_w, &c->p));
-    c->q = *q;
-    c->k = *k;
-    c->v = *v;
-    return fwd_layout(c, ntasks, nthreads, total);
+attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                            const attn_view *v, size_t *bytes) {
+    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v};
+    int64_t ntasks;
+    int nt;
+    return fwd_layout(&c, &ntasks, &nt, bytes);
 }
 
-size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k, const attn_view *v,
-                                const attn_sdpa_opts *opts) {
-    fwd_ctx c;
+void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                    const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
+                    void *work, size_t work_size) {
+    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse};
     int64_t ntasks;
     int nt;
     size_t total;
-    if (fwd_prepare(q, k, v, opts, &c, &ntasks, &nt, &total) != ATTN_OK)
-        return 0;
-    return total;
-}
-
-attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
-                      const attn_sdpa_opts *opts, attn_view *out, void *work,
-                      size_t work_size) {
-    fwd_ctx c;
-    int64_t ntasks;
-    int nt;
-    size_t total;
-    ATTN_TRY(fwd_prepare(q, k, v, opts, &c, &ntasks, &nt, &total));
-    ATTN_TRY(check_outputs(&c.p, q, k, v, opts, out));
-    c.out = *out;
-    c.weights = opts ? opts->weights : NULL;
-    c.lse = opts ? opts->lse : NULL;
-    void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, total, &owned));
+    attn_status st = fwd_layout(&c, &ntasks, &nt, &total);
+    ATTN_ASSERT(st == ATTN_OK && total <= work_size && (!weights || !p->tiled));
+    (void)st;
+    (void)work_size;
     /* nothing to write (Dv == 0, no lse, no weights): no loop over B*H*Tq rows (fuzz_sdpa) */
-    bool idle = c.p.Dv == 0 && !c.lse && (!c.weights || c.p.Tk == 0);
-    if (ntasks == 0 || idle) {
-        free(owned);
-        return ATTN_OK;
-    }
-    const attn__sdpa_plan *p = &c.p;
+    bool idle = p->Dv == 0 && !lse && (!weights || p->Tk == 0);
+    if (ntasks == 0 || idle)
+        return;
     int64_t nqb = (p->Tq + p->bq - 1) / p->bq;
-    attn_status st = ATTN_OK;
     attn__blas_serial_begin(nt);
     /* tasks (b, h, query block), the costliest (last, under causal) first */
 #if ATTN_HAVE_OPENMP
@@ -307,17 +253,101 @@ attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v
 #endif
         int64_t qb = nqb - 1 - t % nqb, bh = t / nqb;
         char *wsp = (char *)work + (size_t)tid * c.per_thread;
-        attn_status s = p->dt == ATTN_F32 ? fwd_task_f32(&c, bh / p->H, bh % p->H, qb * p->bq, wsp)
-                                          : fwd_task_f64(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
-        if (s != ATTN_OK) {
-#if ATTN_HAVE_OPENMP
-#pragma omp atomic write
-#endif
-            st = s;
-        }
+        if (p->dt == ATTN_F32)
+            fwd_task_f32(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+        else
+            fwd_task_f64(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
     }
     attn__blas_serial_end(nt);
+}
+
+/* The public door: check -> size -> acquire workspace -> run. */
+static attn_status sdpa_check(const attn_view *q, const attn_view *k, const attn_view *v,
+                              const attn_sdpa_opts *opts, const attn_view *out,
+                              attn__sdpa_plan *p) {
+    attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
+    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, w != NULL, p));
+    ATTN_TRY(attn__sdpa_check_outputs(p, out, w, lse));
+    const attn_view *outs[3] = {out, w, lse};
+    const attn_view *ins[5] = {q, k, v, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
+    return attn__check_aliasing(outs, 3, ins, 5);
+}
+
+size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k, const attn_view *v,
+                                const attn_sdpa_opts *opts) {
+    attn__sdpa_plan p;
+    size_t need;
+    if (attn__sdpa_plan_init(q, k, v, opts, opts && opts->weights, &p) != ATTN_OK ||
+        attn__sdpa_need(&p, q, k, v, &need) != ATTN_OK)
+        return 0;
+    return need;
+}
+
+attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
+                      const attn_sdpa_opts *opts, attn_view *out, void *work,
+                      size_t work_size) {
+    attn__sdpa_plan p;
+    size_t need;
+    ATTN_TRY(sdpa_check(q, k, v, opts, out, &p));
+    ATTN_TRY(attn__sdpa_need(&p, q, k, v, &need));
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
+    attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
+    const attn_view *all[8] = {q, k, v, out, w, lse, opts ? opts->keep : NULL,
+                               opts ? opts->bias : NULL};
+    if (!owned && attn__work_overlaps(work, need, all, 8))
+        return ATTN_EALIAS;
+    attn__sdpa_run(&p, q, k, v, out, w, lse, work, work_size);
     free(owned);
-    ATTN_ASSERT(st == ATTN_OK); /* every tile product was validated by the plan */
-    return st;
+    return ATTN_OK;
+}
+
+/* ---- the trace's scores -------------------------------------------------- */
+
+/* Query rows per chunk of the trace's scores, and the chunk's buffer (rows, Tk). */
+static attn_status scores_layout(const attn__sdpa_plan *p, const attn_view *q,
+                                 const attn_view *k, int64_t *rows, size_t *buf, size_t *gws) {
+    size_t es = attn_dtype_size(p->dt);
+    *rows = p->bq < p->Tq ? p->bq : p->Tq;
+    *buf = 0;
+    *gws = 0;
+    if (p->B == 0 || p->H == 0 || p->Tq == 0 || p->Tk == 0)
+        return ATTN_OK;
+    if (!attn__mul_sz((size_t)*rows, (size_t)p->Tk, buf) || !attn__mul_sz(*buf, es, buf) ||
+        *buf > SIZE_MAX / 4)
+        return ATTN_ERANGE;
+    *buf = attn__align64(*buf);
+    attn_view qt = attn__sdpa_rows(q, 0, 0, 0, *rows), kt = attn__sdpa_rows(k, 0, 0, 0, p->Tk);
+    *gws = attn__gemm_pack_size(&qt, ATTN_NO_TRANS) + attn__gemm_pack_size(&kt, ATTN_TRANS);
+    return ATTN_OK;
+}
+
+attn_status attn__sdpa_scores_need(const attn__sdpa_plan *p, const attn_view *q,
+                                   const attn_view *k, size_t *bytes) {
+    int64_t rows;
+    size_t buf, gws;
+    ATTN_TRY(scores_layout(p, q, k, &rows, &buf, &gws));
+    return attn__add_sz(buf, gws, bytes) ? ATTN_OK : ATTN_ERANGE;
+}
+
+void attn__sdpa_scores_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                           attn_view *scores, void *work, size_t work_size) {
+    int64_t rows;
+    size_t buf, gws;
+    attn_status st = scores_layout(p, q, k, &rows, &buf, &gws);
+    ATTN_ASSERT(st == ATTN_OK && buf + gws <= work_size);
+    (void)st;
+    (void)work_size;
+    if (buf == 0)
+        return;
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->H; ++h)
+            for (int64_t i0 = 0; i0 < p->Tq; i0 += rows) {
+                int64_t n = p->Tq - i0 < rows ? p->Tq - i0 : rows;
+                attn__sdpa_scores(p, q, k, b, h, i0, n, 0, p->Tk, work, p->Tk,
+                                  gws ? (char *)work + buf : NULL, gws);
+                attn_view src = attn__sdpa_buf(p->dt, work, n, p->Tk, p->Tk);
+                attn_view dst = attn__sdpa_rows(scores, b, h, i0, n);
+                attn__view_copy_run(&src, &dst);
+            }
 }

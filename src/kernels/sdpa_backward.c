@@ -13,32 +13,30 @@ enum { WANT_DQ = 1u, WANT_DK = 2u, WANT_DV = 4u };
 
 /* Everything a backward tile reads; per-thread scratch is carved at these offsets. */
 typedef struct bwd_ctx {
-    attn__sdpa_plan p;
-    attn_view q, k, v, out, lse, dout, dq, dk, dv;
-    unsigned want; /* which gradients were given */
-    size_t off_p, off_ds, off_gw, gws, per_thread;
+    const attn__sdpa_plan *p;
+    const attn_view       *q, *k, *v, *out, *lse, *dout;
+    attn_view             *dq, *dk, *dv;
+    unsigned               want; /* which gradients were given */
+    size_t                 off_p, off_ds, off_gw, gws, per_thread;
 } bwd_ctx;
 
-#define T         float
-#define SFX(name) name##_f32
-#define VEXP_SUM  attn__vexp_sum_f32
+/* clang-format off */
+#define ATTN_TMPL_F32
+#include "tmpl/dtype_on.h"
 #include "tmpl/sdpa_backward.h"
-#undef T
-#undef SFX
-#undef VEXP_SUM
-
-#define T         double
-#define SFX(name) name##_f64
-#define VEXP_SUM  attn__vexp_sum_f64
+#include "tmpl/dtype_off.h"
+#define ATTN_TMPL_F64
+#include "tmpl/dtype_on.h"
 #include "tmpl/sdpa_backward.h"
-#undef T
-#undef SFX
-#undef VEXP_SUM
+#include "tmpl/dtype_off.h"
+/* clang-format on */
 
-static attn_status tile(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t j0,
-                        unsigned want, char *wsp) {
-    return c->p.dt == ATTN_F32 ? bwd_tile_f32(c, b, h, i0, j0, want, wsp)
-                               : bwd_tile_f64(c, b, h, i0, j0, want, wsp);
+static void tile(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t j0, unsigned want,
+                 char *wsp) {
+    if (c->p->dt == ATTN_F32)
+        bwd_tile_f32(c, b, h, i0, j0, want, wsp);
+    else
+        bwd_tile_f64(c, b, h, i0, j0, want, wsp);
 }
 
 /* An optional gradient view: same dtype and shape as its input. */
@@ -54,15 +52,9 @@ static attn_status check_grad(const attn_view *g, const attn_view *like) {
     return ATTN_OK;
 }
 
-/* The plan and the per-thread scratch, from q, k, v and opts alone (the query knows no more). */
-static attn_status prepare(const attn_view *q, const attn_view *k, const attn_view *v,
-                           const attn_sdpa_opts *opts, bwd_ctx *c) {
-    memset(c, 0, sizeof *c);
-    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, false, &c->p));
-    const attn__sdpa_plan *p = &c->p;
-    c->q = *q;
-    c->k = *k;
-    c->v = *v;
+/* The per-thread scratch, from the plan and q, k, v alone (the query knows no more). */
+static attn_status layout(bwd_ctx *c) {
+    const attn__sdpa_plan *p = c->p;
     /* P and dP/dS tiles */
     size_t es = attn_dtype_size(p->dt), tilesz;
     if (!attn__mul_sz((size_t)p->bq, (size_t)p->bk, &tilesz) ||
@@ -75,8 +67,9 @@ static attn_status prepare(const attn_view *q, const attn_view *k, const attn_vi
      */
     c->gws = 0;
     if (p->B > 0 && p->H > 0 && p->Tq > 0 && p->Tk > 0) {
-        attn_view qt = attn__sdpa_rows(q, 0, 0, 0, p->bq), kt = attn__sdpa_rows(k, 0, 0, 0, p->bk);
-        attn_view vt = attn__sdpa_rows(v, 0, 0, 0, p->bk);
+        attn_view qt = attn__sdpa_rows(c->q, 0, 0, 0, p->bq);
+        attn_view kt = attn__sdpa_rows(c->k, 0, 0, 0, p->bk);
+        attn_view vt = attn__sdpa_rows(c->v, 0, 0, 0, p->bk);
         size_t qn = attn__gemm_pack_size(&qt, ATTN_NO_TRANS);
         size_t kn = attn__gemm_pack_size(&kt, ATTN_NO_TRANS);
         size_t vn = attn__gemm_pack_size(&vt, ATTN_NO_TRANS);
@@ -100,11 +93,12 @@ static attn_status prepare(const attn_view *q, const attn_view *k, const attn_vi
     return ATTN_OK;
 }
 
-/* out, lse, dout and the gradients: shapes, dtypes, aliasing (before anything is written). */
-static attn_status check_call(bwd_ctx *c, const attn_sdpa_opts *opts, const attn_view *out,
-                              const attn_view *lse, const attn_view *dout, const attn_view *dq,
-                              const attn_view *dk, const attn_view *dv) {
-    const attn__sdpa_plan *p = &c->p;
+attn_status attn__sdpa_backward_check(const attn__sdpa_plan *p, const attn_view *q,
+                                      const attn_view *k, const attn_view *v,
+                                      const attn_sdpa_opts *opts, const attn_view *out,
+                                      const attn_view *lse, const attn_view *dout,
+                                      const attn_view *dq, const attn_view *dk,
+                                      const attn_view *dv) {
     if (!out || !lse || !dout)
         return ATTN_EINVAL;
     ATTN_TRY(attn__check_float(out, 4));
@@ -117,26 +111,14 @@ static attn_status check_call(bwd_ctx *c, const attn_sdpa_opts *opts, const attn
         if (out->shape[d] != os[d] || dout->shape[d] != os[d] ||
             (d < 3 && lse->shape[d] != os[d]))
             return ATTN_ESHAPE;
-    ATTN_TRY(check_grad(dq, &c->q));
-    ATTN_TRY(check_grad(dk, &c->k));
-    ATTN_TRY(check_grad(dv, &c->v));
+    ATTN_TRY(check_grad(dq, q));
+    ATTN_TRY(check_grad(dk, k));
+    ATTN_TRY(check_grad(dv, v));
     const attn_view *grads[3] = {dq, dk, dv};
-    const attn_view *ins[8] = {&c->q, &c->k, &c->v, out, lse, dout, opts ? opts->keep : NULL,
+    const attn_view *ins[8] = {q, k, v, out, lse, dout, opts ? opts->keep : NULL,
                                opts ? opts->bias : NULL};
-    ATTN_TRY(attn__sdpa_check_aliasing(grads, 3, ins, 8));
-    c->out = *out;
-    c->lse = *lse;
-    c->dout = *dout;
-    c->want = (dq ? WANT_DQ : 0) | (dk ? WANT_DK : 0) | (dv ? WANT_DV : 0);
-    if (dq)
-        c->dq = *dq;
-    if (dk)
-        c->dk = *dk;
-    if (dv)
-        c->dv = *dv;
-    return ATTN_OK;
+    return attn__check_aliasing(grads, 3, ins, 8);
 }
-
 /*
  * Who writes what (docs/design.md "sdpa"): dK/dV of a key/value head gather
  * contributions from every query row of its query heads, dQ from every key.
@@ -155,7 +137,7 @@ typedef struct bwd_sched {
 } bwd_sched;
 
 static bwd_sched schedule(const bwd_ctx *c) {
-    const attn__sdpa_plan *p = &c->p;
+    const attn__sdpa_plan *p = c->p;
     bwd_sched s = {0};
     s.nqb = p->Tq > 0 ? (p->Tq + p->bq - 1) / p->bq : 0;
     s.nkb = p->Tk > 0 ? (p->Tk + p->bk - 1) / p->bk : 0;
@@ -176,28 +158,26 @@ static bwd_sched schedule(const bwd_ctx *c) {
     return s;
 }
 
-static attn_status run_task(const bwd_ctx *c, const bwd_sched *s, int pass, int64_t t,
-                            char *wsp) {
-    const attn__sdpa_plan *p = &c->p;
+static void run_task(const bwd_ctx *c, const bwd_sched *s, int pass, int64_t t, char *wsp) {
+    const attn__sdpa_plan *p = c->p;
     if (!s->split) { /* (b, hk): its query heads, query blocks, key tiles */
         int64_t b = t / p->Hkv, hk = t % p->Hkv;
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
             for (int64_t qb = 0; qb < s->nqb; ++qb)
                 for (int64_t kb = 0; kb < s->nkb; ++kb)
-                    ATTN_TRY(tile(c, b, h, qb * p->bq, kb * p->bk, c->want, wsp));
-        return ATTN_OK;
+                    tile(c, b, h, qb * p->bq, kb * p->bk, c->want, wsp);
+        return;
     }
     if (pass == 0) { /* (b, hk, key tile): dK, dV */
         int64_t kb = t % s->nkb, bh = t / s->nkb, b = bh / p->Hkv, hk = bh % p->Hkv;
         for (int64_t h = hk * p->group; h < (hk + 1) * p->group; ++h)
             for (int64_t qb = 0; qb < s->nqb; ++qb)
-                ATTN_TRY(tile(c, b, h, qb * p->bq, kb * p->bk, c->want & ~WANT_DQ, wsp));
-        return ATTN_OK;
+                tile(c, b, h, qb * p->bq, kb * p->bk, c->want & ~WANT_DQ, wsp);
+        return;
     }
     int64_t qb = s->nqb - 1 - t % s->nqb, bh = t / s->nqb; /* (b, h, query block): dQ */
     for (int64_t kb = 0; kb < s->nkb; ++kb)
-        ATTN_TRY(tile(c, bh / p->H, bh % p->H, qb * p->bq, kb * p->bk, WANT_DQ, wsp));
-    return ATTN_OK;
+        tile(c, bh / p->H, bh % p->H, qb * p->bq, kb * p->bk, WANT_DQ, wsp);
 }
 
 /* Bytes for a schedule with every gradient wanted (what the query reports). */
@@ -208,39 +188,33 @@ static attn_status workspace(const bwd_ctx *c, const bwd_sched *s, size_t *total
     return attn__mul_sz(c->per_thread, (size_t)s->nthreads, total) ? ATTN_OK : ATTN_ERANGE;
 }
 
-size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
-                                         const attn_view *v, const attn_sdpa_opts *opts) {
-    bwd_ctx c;
-    size_t total;
-    if (prepare(q, k, v, opts, &c) != ATTN_OK)
-        return 0;
-    c.want = WANT_DQ | WANT_DK | WANT_DV;
+/* The workspace is sized for every gradient, as the public query says. */
+attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *q,
+                                     const attn_view *k, const attn_view *v, size_t *bytes) {
+    bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .want = WANT_DQ | WANT_DK | WANT_DV};
+    ATTN_TRY(layout(&c));
     bwd_sched s = schedule(&c);
-    if (workspace(&c, &s, &total) != ATTN_OK)
-        return 0;
-    return total;
+    return workspace(&c, &s, bytes);
 }
 
-attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *v,
-                               const attn_sdpa_opts *opts, const attn_view *out,
-                               const attn_view *lse, const attn_view *dout, attn_view *dq,
-                               attn_view *dk, attn_view *dv, void *work, size_t work_size) {
-    bwd_ctx c;
-    ATTN_TRY(prepare(q, k, v, opts, &c));
-    ATTN_TRY(check_call(&c, opts, out, lse, dout, dq, dk, dv));
-    bwd_ctx all = c; /* the workspace is sized for every gradient, as the query says */
-    all.want = WANT_DQ | WANT_DK | WANT_DV;
-    bwd_sched sa = schedule(&all), s = schedule(&c);
-    size_t total;
-    ATTN_TRY(workspace(&all, &sa, &total));
-    void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, total, &owned));
-    attn_status st = ATTN_OK;
+void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                             const attn_view *v, const attn_view *out, const attn_view *lse,
+                             const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
+                             void *work, size_t work_size) {
+    bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout,
+                 .dq = dq, .dk = dk, .dv = dv,
+                 .want = (dq ? WANT_DQ : 0) | (dk ? WANT_DK : 0) | (dv ? WANT_DV : 0)};
+    attn_status st = layout(&c);
+    ATTN_ASSERT(st == ATTN_OK);
+    (void)st;
+    (void)work_size;
+    bwd_sched s = schedule(&c);
     for (int pass = 0; pass < 2; ++pass) {
         int64_t n = s.ntasks[pass];
         if (n == 0)
             continue;
         int nt = s.nthreads < n ? s.nthreads : (int)n;
+        ATTN_ASSERT((size_t)nt * c.per_thread <= work_size);
         attn__blas_serial_begin(nt);
 #if ATTN_HAVE_OPENMP
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
@@ -250,17 +224,38 @@ attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const att
 #if ATTN_HAVE_OPENMP
             tid = omp_get_thread_num();
 #endif
-            attn_status e = run_task(&c, &s, pass, t, (char *)work + (size_t)tid * c.per_thread);
-            if (e != ATTN_OK) {
-#if ATTN_HAVE_OPENMP
-#pragma omp atomic write
-#endif
-                st = e;
-            }
+            run_task(&c, &s, pass, t, (char *)work + (size_t)tid * c.per_thread);
         }
         attn__blas_serial_end(nt);
     }
+}
+
+size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
+                                         const attn_view *v, const attn_sdpa_opts *opts) {
+    attn__sdpa_plan p;
+    size_t need;
+    if (attn__sdpa_plan_init(q, k, v, opts, false, &p) != ATTN_OK ||
+        attn__sdpa_backward_need(&p, q, k, v, &need) != ATTN_OK)
+        return 0;
+    return need;
+}
+
+attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *v,
+                               const attn_sdpa_opts *opts, const attn_view *out,
+                               const attn_view *lse, const attn_view *dout, attn_view *dq,
+                               attn_view *dk, attn_view *dv, void *work, size_t work_size) {
+    attn__sdpa_plan p;
+    size_t need;
+    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, false, &p));
+    ATTN_TRY(attn__sdpa_backward_check(&p, q, k, v, opts, out, lse, dout, dq, dk, dv));
+    ATTN_TRY(attn__sdpa_backward_need(&p, q, k, v, &need));
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
+    const attn_view *all[11] = {q, k, v, out, lse, dout, dq, dk, dv,
+                                opts ? opts->keep : NULL, opts ? opts->bias : NULL};
+    if (!owned && attn__work_overlaps(work, need, all, 11))
+        return ATTN_EALIAS;
+    attn__sdpa_backward_run(&p, q, k, v, out, lse, dout, dq, dk, dv, work, work_size);
     free(owned);
-    ATTN_ASSERT(st == ATTN_OK); /* every tile product was validated by the plan */
-    return st;
+    return ATTN_OK;
 }

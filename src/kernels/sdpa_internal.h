@@ -3,7 +3,7 @@
 #ifndef ATTN_SDPA_INTERNAL_H
 #define ATTN_SDPA_INTERNAL_H
 
-#include "core/internal.h"
+#include "kernels/kernels_internal.h"
 
 /*
  * The lse of a row with no key to attend to (docs/numerics.md): a finite
@@ -78,14 +78,23 @@ ATTN_HIDDEN bool attn__sdpa_keep_any(const attn__sdpa_plan *p, int64_t b, int64_
 
 /*
  * The score tile S (rows, cols), row stride lds, for batch b, query head h,
- * queries i0.., keys j0..: S = scale q k^T + bias through attn_gemm, with
- * -inf where a key is masked (keep == 0, or j >= key_limit(i)). gw/gws: this
- * thread's attn_gemm workspace. Returns attn_gemm's status.
+ * queries i0.., keys j0..: S = scale q k^T + bias through attn__gemm_run, with
+ * -inf where a key is masked (keep == 0, or j >= key_limit(i)): the one
+ * masking rule of the forward, the backward and the layers' trace. gw/gws:
+ * this thread's attn_gemm workspace.
  */
-ATTN_HIDDEN attn_status attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q,
-                                          const attn_view *k, int64_t b, int64_t h,
-                                          int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                                          void *s, int64_t lds, void *gw, size_t gws);
+ATTN_HIDDEN void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q,
+                                   const attn_view *k, int64_t b, int64_t h, int64_t i0,
+                                   int64_t rows, int64_t j0, int64_t cols, void *s, int64_t lds,
+                                   void *gw, size_t gws);
+
+/*
+ * The outputs of a forward against the plan: out (B, H, Tq, Dv) required,
+ * weights (B, H, Tq, Tk) and lse (B, H, Tq) optional; dtypes and shapes only
+ * (aliasing is the caller's next check).
+ */
+ATTN_HIDDEN attn_status attn__sdpa_check_outputs(const attn__sdpa_plan *p, const attn_view *out,
+                                                 const attn_view *weights, const attn_view *lse);
 
 /*
  * Outputs (NULL entries skipped) must not overlap themselves (ATTN_ESTRIDE),
@@ -93,6 +102,44 @@ ATTN_HIDDEN attn_status attn__sdpa_scores(const attn__sdpa_plan *p, const attn_v
  */
 ATTN_HIDDEN attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
                                                   const attn_view *const *ins, int nin);
+
+/*
+ * The forward on a plan and views it validated: attn__sdpa_need gives the
+ * workspace (ERANGE when it does not fit a size_t), attn__sdpa_run computes
+ * out (and weights, lse when not NULL; weights only with a materialized plan).
+ */
+ATTN_HIDDEN attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q,
+                                        const attn_view *k, const attn_view *v, size_t *bytes);
+ATTN_HIDDEN void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                                const attn_view *v, attn_view *out, attn_view *weights,
+                                attn_view *lse, void *work, size_t work_size);
+
+/* The scaled, masked scores S (B, H, Tq, Tk) alone (the layers' trace), by attn__sdpa_scores. */
+ATTN_HIDDEN attn_status attn__sdpa_scores_need(const attn__sdpa_plan *p, const attn_view *q,
+                                               const attn_view *k, size_t *bytes);
+ATTN_HIDDEN void attn__sdpa_scores_run(const attn__sdpa_plan *p, const attn_view *q,
+                                       const attn_view *k, attn_view *scores, void *work,
+                                       size_t work_size);
+
+/*
+ * The backward on a validated plan: out, lse, dout (B, H, Tq, Dv|-) as the
+ * forward gave them, gradients dq, dk, dv (NULL: not wanted) accumulated.
+ * attn__sdpa_backward_check: dtypes, shapes and aliasing of those views.
+ */
+ATTN_HIDDEN attn_status attn__sdpa_backward_check(const attn__sdpa_plan *p, const attn_view *q,
+                                                  const attn_view *k, const attn_view *v,
+                                                  const attn_sdpa_opts *opts,
+                                                  const attn_view *out, const attn_view *lse,
+                                                  const attn_view *dout, const attn_view *dq,
+                                                  const attn_view *dk, const attn_view *dv);
+ATTN_HIDDEN attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *q,
+                                                 const attn_view *k, const attn_view *v,
+                                                 size_t *bytes);
+ATTN_HIDDEN void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q,
+                                         const attn_view *k, const attn_view *v,
+                                         const attn_view *out, const attn_view *lse,
+                                         const attn_view *dout, attn_view *dq, attn_view *dk,
+                                         attn_view *dv, void *work, size_t work_size);
 
 /* A 2-D (rows, cols) view of v[b, h, r0:r0+rows, :] (a 4-D view). */
 ATTN_HIDDEN attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0,

@@ -6,18 +6,18 @@
 #include <time.h>
 
 #include "attn/ring.h"
-#include "kernels/sdpa_internal.h" /* ATTN__SDPA_LSE_EMPTY: the lse of a row that sees no key */
+#include "kernels/sdpa_internal.h" /* the sdpa plan and runs; ATTN__SDPA_LSE_EMPTY */
 
-#define T         float
-#define SFX(name) name##_f32
+/* clang-format off */
+#define ATTN_TMPL_F32
+#include "tmpl/dtype_on.h"
 #include "tmpl/ring.h"
-#undef T
-#undef SFX
-#define T         double
-#define SFX(name) name##_f64
+#include "tmpl/dtype_off.h"
+#define ATTN_TMPL_F64
+#include "tmpl/dtype_on.h"
 #include "tmpl/ring.h"
-#undef T
-#undef SFX
+#include "tmpl/dtype_off.h"
+/* clang-format on */
 
 /* Monotonic wall time in seconds (MPI_Wtime is not allowed before MPI_Init). */
 static double now(void) {
@@ -256,8 +256,11 @@ static attn_status layout_work(ring_ctx *c) {
         attn_sdpa_opts so = {.scale = c->scale,
                              .threads = c->o->threads,
                              .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE};
-        size_t ws = c->bwd ? attn_sdpa_backward_workspace_size(&c->q, &kb, &vb, &so)
-                           : attn_sdpa_workspace_size(&c->q, &kb, &vb, &so);
+        attn__sdpa_plan pl;
+        size_t ws;
+        ATTN_TRY(attn__sdpa_plan_init(&c->q, &kb, &vb, &so, false, &pl));
+        ATTN_TRY(c->bwd ? attn__sdpa_backward_need(&pl, &c->q, &kb, &vb, &ws)
+                        : attn__sdpa_need(&pl, &c->q, &kb, &vb, &ws));
         c->sdpa_ws = ws > c->sdpa_ws ? ws : c->sdpa_ws;
     }
     size_t n[W_COUNT] = {(size_t)c->P * (size_t)(c->B + 1),
@@ -449,14 +452,16 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
                                  .kv_len = klen,
                                  .causal = diag ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
                                  .threads = c->o->threads};
+            /* the arguments were validated by setup(): one plan, then the trusted run */
+            attn__sdpa_plan pl;
+            ATTN_TRY(attn__sdpa_plan_init(&qv, &kv, &vv, &so, false, &pl));
             if (!c->bwd) {
                 attn_view ov, lv;
                 ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off[W_X0], 4,
                                         (int64_t[]){c->B, c->H, m, c->Dv}));
                 ATTN_TRY(attn_view_init(&lv, c->dt, w + c->off[W_X1], 3,
                                         (int64_t[]){c->B, c->H, m}));
-                so.lse = &lv;
-                ATTN_TRY(attn_sdpa(&qv, &kv, &vv, &so, &ov, w + c->off[W_SDPA], c->sdpa_ws));
+                attn__sdpa_run(&pl, &qv, &kv, &vv, &ov, NULL, &lv, w + c->off[W_SDPA], c->sdpa_ws);
                 if (c->dt == ATTN_F32)
                     merge_f32(c->io.out, run, ov.data, lv.data, r0, m);
                 else
@@ -470,9 +475,9 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
                     ATTN_TRY(attn_view_slice(c->io.dq, 2, r0, r1, 1, &dqv));
                 ATTN_TRY(attn_view_slice(&gkb, 2, 0, nkm, 1, &gk));
                 ATTN_TRY(attn_view_slice(&gvb, 2, 0, nkm, 1, &gv));
-                ATTN_TRY(attn_sdpa_backward(&qv, &kv, &vv, &so, &fo, &fl, &dov,
-                                            c->io.dq ? &dqv : NULL, &gk, &gv,
-                                            w + c->off[W_SDPA], c->sdpa_ws));
+                attn__sdpa_backward_run(&pl, &qv, &kv, &vv, &fo, &fl, &dov,
+                                        c->io.dq ? &dqv : NULL, &gk, &gv, w + c->off[W_SDPA],
+                                        c->sdpa_ws);
             }
             *computed = true;
             int done;
@@ -573,11 +578,8 @@ static attn_status ring_loop(const ring_ctx *c, char *w, attn_ring_stats *st, in
             int64_t Tsrc = g[(size_t)src * (size_t)(c->B + 1)];
             block_views(c, gb[acc], Tsrc, &ak, &av);
             block_views(c, gloc, Tsrc, &lk, &lv);
-            attn_status sa = attn_add(&ak, &lk, &ak);
-            if (sa == ATTN_OK)
-                sa = attn_add(&av, &lv, &av);
-            if (s == ATTN_OK)
-                s = sa;
+            attn__add_run(&ak, &lk, &ak);
+            attn__add_run(&av, &lv, &av);
         }
         if (c->bwd && step < P)
             acc = 1 - acc;
@@ -612,10 +614,8 @@ static attn_status ring_call(MPI_Comm comm, bool bwd, const attn_view *q, const 
     if (s == ATTN_OK) {
         attn_view kb, vb;
         block_views(&c, w + c.off[W_KV0], c.T, &kb, &vb);
-        s = attn_view_copy(k, &kb);
-        if (s == ATTN_OK)
-            s = attn_view_copy(v, &vb);
-        ATTN_ASSERT(s == ATTN_OK); /* shapes checked, the buffer is ours */
+        attn__view_copy_run(k, &kb); /* shapes checked, the buffer is ours */
+        attn__view_copy_run(v, &vb);
         if (!bwd) { /* running result: out = 0, lse = "no key yet" until a block contributes */
             for (int64_t i = 0, n = c.B * c.H * c.T; i < n; ++i)
                 run[i] = ATTN__SDPA_LSE_EMPTY;
@@ -637,10 +637,9 @@ static attn_status ring_call(MPI_Comm comm, bool bwd, const attn_view *q, const 
         attn_view gk, gv;
         block_views(&c, w + c.off[own ? W_X1 : W_X0], c.T, &gk, &gv);
         if (io->dk)
-            s = attn_add(io->dk, &gk, io->dk);
-        if (s == ATTN_OK && io->dv)
-            s = attn_add(io->dv, &gv, io->dv);
-        ATTN_ASSERT(s == ATTN_OK);
+            attn__add_run(io->dk, &gk, io->dk);
+        if (io->dv)
+            attn__add_run(io->dv, &gv, io->dv);
     }
     MPI_Comm_free(&c.comm);
     free(owned);

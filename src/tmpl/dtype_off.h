@@ -3,6 +3,7 @@
 #undef T
 #undef T_IS_F32
 #undef T_VEXP_SUM
+#undef T_VMAX
 #undef SFX
 #undef T_EXP
 #undef T_TANH

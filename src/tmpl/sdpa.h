@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of attn_sdpa (included by src/sdpa.c with T, SFX, EXP, VMAX, VEXP_SUM set). */
+/* Per-dtype body of attn_sdpa (included by src/kernels/sdpa.c between tmpl/dtype_on.h and dtype_off.h). */
 
 /*
  * Bias and masks on a score tile S (rows, cols) for queries i0.., keys j0..:
@@ -40,9 +40,8 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
  * The MATERIALIZED algorithm is the same loop with one tile of whole rows
  * (bk = Tk), after which the tile holds the unnormalized weights.
  */
-static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0,
-                                 char *wsp) {
-    const attn__sdpa_plan *p = &c->p;
+static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, char *wsp) {
+    const attn__sdpa_plan *p = c->p;
     int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
     int64_t lds = p->bk, Dv = p->Dv;
     T *s = (T *)(wsp + c->off_s), *acc = (T *)(wsp + c->off_acc);
@@ -61,13 +60,12 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
         int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
         if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
             continue; /* a fully masked tile costs nothing */
-        ATTN_TRY(attn__sdpa_scores(p, &c->q, &c->k, b, h, i0, rows, j0, cols, s, lds, gw,
-                                   c->gws));
+        attn__sdpa_scores(p, c->q, c->k, b, h, i0, rows, j0, cols, s, lds, gw, c->gws);
         for (int64_t r = 0; r < rows; ++r) {
             T *sr = s + r * lds;
             int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
             lim = lim < 0 ? 0 : lim > cols ? cols : lim;
-            T mt = VMAX(sr, lim);
+            T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
             if (mn == (T)-INFINITY) { /* nothing visible yet: P row = 0 */
                 for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
@@ -76,9 +74,9 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
                 memset(sr, 0, (size_t)cols * sizeof(T));
                 continue;
             }
-            T sum = VEXP_SUM(sr, lim, mn); /* P = exp(S - m_new) */
+            T sum = T_VEXP_SUM(sr, lim, mn); /* P = exp(S - m_new) */
             memset(sr + lim, 0, (size_t)(cols - lim) * sizeof(T));
-            T corr = EXP(m[r] - mn); /* 0 when m_old = -inf */
+            T corr = T_EXP(m[r] - mn); /* 0 when m_old = -inf */
             l[r] = l[r] * corr + sum;
             m[r] = mn;
             if (any && corr != 1) {
@@ -92,17 +90,17 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
         }
         /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
         attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
-        attn_view vt = attn__sdpa_rows(&c->v, b, hk, j0, cols);
-        ATTN_TRY(attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0,
-                           &acc_v, gw, c->gws));
+        attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
+        attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v, gw,
+                       c->gws);
         any = true;
     }
     /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
         T inv = live ? 1 / l[r] : 0;
-        T *orow = (T *)attn__at4(&c->out, b, h, i0 + r, 0);
-        int64_t so = c->out.stride[3];
+        T *orow = (T *)attn__at4(c->out, b, h, i0 + r, 0);
+        int64_t so = c->out->stride[3];
         for (int64_t d = 0; d < Dv; ++d)
             orow[d * so] = live ? acc[r * Dv + d] * inv : 0;
         if (c->lse)
@@ -115,5 +113,4 @@ static attn_status SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t
                 wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;
         }
     }
-    return ATTN_OK;
 }

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* The trusted run functions under the public kernels, for the layers, posenc and ring. */
+#ifndef ATTN_KERNELS_INTERNAL_H
+#define ATTN_KERNELS_INTERNAL_H
+
+#include "core/internal.h"
+
+/*
+ * Each public kernel is check -> size -> acquire workspace -> run. These are
+ * the runs: their arguments are exactly those the public function accepts
+ * after its checks (shapes, dtypes, aliasing, in-place rules as documented in
+ * include/attn/kernels.h), and they cannot fail. Internal callers validate
+ * once (a layer validates its whole call before its first write) and call
+ * these; they never go through a public checked entry point.
+ */
+
+/* y = x + b (b broadcast to x; y may be exactly x or b). */
+ATTN_HIDDEN void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y);
+/* dx += dy (dx may be NULL); db += dy summed over its broadcast axes (NULL: skipped). */
+ATTN_HIDDEN void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db);
+/* y = act(x) elementwise (y may be exactly x). */
+ATTN_HIDDEN void attn__activation_run(attn_act act, const attn_view *x, attn_view *y);
+/* dx = act'(x) dy. */
+ATTN_HIDDEN void attn__activation_backward_run(attn_act act, const attn_view *x,
+                                               const attn_view *dy, attn_view *dx);
+/* attn_layernorm and its backward, arguments as validated by them. */
+ATTN_HIDDEN void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
+                                     const attn_view *beta, attn_view *y, attn_view *mean,
+                                     attn_view *rstd);
+ATTN_HIDDEN void attn__layernorm_backward_run(const attn_view *x, const attn_view *gamma,
+                                              const attn_view *mean, const attn_view *rstd,
+                                              const attn_view *dy, attn_view *dx,
+                                              attn_view *dgamma, attn_view *dbeta);
+
+/*
+ * y = x W (+ b) over the last dim, and its backward (dx += dy Wᵀ, dW += xᵀ dy,
+ * db += sum dy). The _need functions give the attn_gemm packing workspace
+ * (ERANGE when a product does not fit CBLAS); the runs take at least that.
+ */
+ATTN_HIDDEN attn_status attn__linear_need(const attn_view *x, const attn_view *w,
+                                          const attn_view *y, size_t *bytes);
+ATTN_HIDDEN void attn__linear_run(const attn_view *x, const attn_view *w, const attn_view *b,
+                                  attn_view *y, void *work, size_t work_size);
+ATTN_HIDDEN attn_status attn__linear_backward_need(const attn_view *x, const attn_view *w,
+                                                   const attn_view *dy, const attn_view *dx,
+                                                   const attn_view *dw, size_t *bytes);
+ATTN_HIDDEN void attn__linear_backward_run(const attn_view *x, const attn_view *w,
+                                           const attn_view *dy, attn_view *dx, attn_view *dw,
+                                           attn_view *db, void *work, size_t work_size);
+
+#endif
