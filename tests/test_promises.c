@@ -1433,6 +1433,724 @@ PR_GROUP(pr_encoder, 39, 43)
     tcase_add_test(tc, name##_args), tcase_add_test(tc, name##_alias),                         \
         tcase_add_test(tc, name##_work)
 
+/* ---- regressions: every case of issue 15, as found ---------------------------------- */
+
+/* Build case `which`, mutate, expect: a compact form of one harness call. */
+#define RG_BEGIN(which, dt)                                                                    \
+    do {                                                                                       \
+        pr_vals base_;                                                                         \
+        ck_assert(pr_baseline((which), (dt), &base_));                                         \
+        pr_case c0_, *c = &c0_;                                                                \
+        pr_build((which), (dt), c);
+#define RG_END(e, st, what)                                                                    \
+        pr_try(c, &base_, (e), (st), (what));                                                  \
+        pr_free(&base_);                                                                       \
+    } while (0)
+#define RG_CHECK() ck_assert_msg(pr_nfail == 0, "%d broken promises (stderr)", pr_nfail)
+
+/*
+ * Class A: bad sdpa options through the layers (threads, block_q, block_k -1; scale
+ * +-inf, NaN) are ATTN_EINVAL with nothing written: attn_mha_forward with trace views,
+ * attn_mha_backward with parameter gradients, attn_encoder_forward with the pre-norm
+ * trace, attn_encoder_backward with dx. They wrote 270-3400 bytes first.
+ */
+START_TEST(rg_layers_bad_options) {
+    pr_nfail = 0;
+    static const int cases[] = {33, 34, 35, 36, 39, 40, 41, 42};
+    for (int d = 0; d < 2; ++d)
+        for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n)
+            for (int m = 0; m < 6; ++m) {
+                RG_BEGIN(cases[n], d ? ATTN_F64 : ATTN_F32);
+                attn_sdpa_opts *o = &c->opts;
+                if (m == 0)
+                    o->threads = -1;
+                else if (m == 1)
+                    o->block_q = -1;
+                else if (m == 2)
+                    o->block_k = -1;
+                else
+                    o->scale = m == 3 ? INFINITY : m == 4 ? -INFINITY : NAN;
+                RG_END(E_REFUSE, ATTN_EINVAL, "bad sdpa option");
+            }
+    RG_CHECK();
+}
+END_TEST
+
+/*
+ * Class A: parameter gradients that broadcast (a stride 0) are ATTN_ESTRIDE before any
+ * gradient is accumulated: attn_mha_backward accumulated grads.wo and grads.bo first,
+ * attn_encoder_backward 27 of its 28 gradient fields.
+ */
+START_TEST(rg_layers_gradient_stride0) {
+    pr_nfail = 0;
+    static const int cases[] = {35, 36, 38, 41, 42};
+    for (int d = 0; d < 2; ++d)
+        for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
+            pr_case c1;
+            pr_build(cases[n], d ? ATTN_F64 : ATTN_F32, &c1);
+            for (int g = c1.g0; g < c1.nv; ++g) {
+                RG_BEGIN(cases[n], d ? ATTN_F64 : ATTN_F32);
+                c->v[g].stride[0] = 0;
+                char what[64];
+                snprintf(what, sizeof what, "gradient view %d stride 0", g);
+                RG_END(E_REFUSE, ATTN_ESTRIDE, what);
+            }
+        }
+    RG_CHECK();
+}
+END_TEST
+
+/*
+ * Class A: trace views that are the same object as another output: trace.q ==
+ * trace.concat, trace.concat == out (MHA), trace.output == out (encoder),
+ * trace.mlp_hidden == out (FFN, shapes permitting: mlp_output here) refused after
+ * writing; trace.k == trace.v and trace.q == trace.k returned ATTN_OK with a wrong output.
+ */
+START_TEST(rg_layers_trace_same_object) {
+    pr_nfail = 0;
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        pr_case b;
+        pr_build(33, dt, &b);
+        /* cross-attention with Tq != Tk: q and k differ in shape; use self-attention sizes */
+        int pairs[][2] = {{b.tr_idx[TR_Q], b.tr_idx[TR_CONCAT]},
+                          {b.tr_idx[TR_CONCAT], b.tr_idx[TR_Q]},
+                          {b.tr_idx[TR_K], b.tr_idx[TR_V]},
+                          {b.tr_idx[TR_V], b.tr_idx[TR_K]}};
+        for (int n = 0; n < 4; ++n) {
+            RG_BEGIN(33, dt);
+            c->same_as[pairs[n][0]] = pairs[n][1] + 1;
+            RG_END(E_REFUSE, ATTN_EALIAS, "MHA trace views the same object");
+        }
+        pr_build(39, dt, &b);
+        int enc[][2] = {{b.out_i, b.tr_idx[TR_OUT]},        {b.tr_idx[TR_OUT], b.out_i},
+                        {b.tr_idx[TR_Q], b.tr_idx[TR_K]},   {b.tr_idx[TR_K], b.tr_idx[TR_V]},
+                        {b.tr_idx[TR_Q], b.tr_idx[TR_CONCAT]}, {b.tr_idx[TR_LN2], b.out_i},
+                        {b.tr_idx[TR_MLPO], b.out_i},       {b.tr_idx[TR_R1], b.tr_idx[TR_LN1]}};
+        for (int n = 0; n < 8; ++n) {
+            RG_BEGIN(39, dt);
+            c->same_as[enc[n][0]] = enc[n][1] + 1;
+            RG_END(E_REFUSE, ATTN_EALIAS, "encoder trace view the same object as another output");
+        }
+        pr_build(37, dt, &b);
+        int ffn[][2] = {{b.tr_idx[TR_MLPO], b.out_i}, {b.out_i, b.tr_idx[TR_MLPO]},
+                        {b.tr_idx[TR_H], b.tr_idx[TR_HPRE]}};
+        for (int n = 0; n < 3; ++n) {
+            RG_BEGIN(37, dt);
+            c->same_as[ffn[n][0]] = ffn[n][1] + 1;
+            RG_END(E_REFUSE, ATTN_EALIAS, "FFN trace view the same object as another output");
+        }
+    }
+    RG_CHECK();
+}
+END_TEST
+
+/* A contiguous encoder (C 8, 2 heads, F 64) with parameters from one slab. */
+typedef struct rg_enc {
+    attn_encoder_config cfg;
+    attn_encoder_params p, g;
+    void *slab, *gslab, *cslab;
+    size_t n;
+    attn_view cv[15];
+    attn_trace cache;
+} rg_enc;
+static void rg_enc_init(rg_enc *e, attn_dtype dt, attn_norm_order norm, int64_t B, int64_t T) {
+    memset(e, 0, sizeof *e);
+    e->cfg = (attn_encoder_config){.mha = {.dtype = dt, .d_model = 8, .heads = 2, .bias = true},
+                                   .ffn = {.dtype = dt, .d_model = 8, .d_ff = 64, .bias = true},
+                                   .norm = norm, .ln_affine = true};
+    e->n = attn_encoder_params_size(&e->cfg);
+    e->slab = aligned_alloc(64, e->n);
+    e->gslab = aligned_alloc(64, e->n);
+    PR_OK(attn_encoder_params_bind(&e->p, &e->cfg, e->slab, e->n));
+    PR_OK(attn_encoder_params_bind(&e->g, &e->cfg, e->gslab, e->n));
+    attn_view all;
+    PR_OK(attn_view_init(&all, dt, e->slab, 1, SH((int64_t)(e->n / attn_dtype_size(dt)))));
+    uint64_t seed = 11;
+    tu_fill(&all, &seed, 0.5);
+    size_t cn = attn_encoder_cache_size(&e->cfg, B, T);
+    e->cslab = aligned_alloc(64, cn ? cn : 64);
+    PR_OK(attn_encoder_cache_bind(&e->cfg, B, T, e->cslab, cn, e->cv, &e->cache));
+}
+static void rg_enc_free(rg_enc *e) { free(e->slab), free(e->gslab), free(e->cslab); }
+
+/*
+ * Class A: attn_encoder_backward with work = NULL and a strided FFN weight at
+ * d_ff >= 64 said ATTN_EWORKSPACE (after writing grads.ln2_b, post-norm): the nested
+ * query assumed unit-stride weights. Now OK, with the unit-stride result.
+ */
+START_TEST(rg_encoder_backward_strided_weight) {
+    enum { B = 2, T = 3, C = 8, F = 64 };
+    for (int d = 0; d < 2; ++d)
+        for (int norm = 0; norm < 2; ++norm)
+            for (int which = 0; which < 2; ++which) { /* w1 or w2 strided */
+                attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+                rg_enc e;
+                rg_enc_init(&e, dt, (attn_norm_order)norm, B, T);
+                double xm[B * T * C], om[B * T * C], dxa[B * T * C], dxb[B * T * C];
+                double *wsp = malloc(sizeof(double) * 4 * C * F);
+                attn_view x, out, dx, ws;
+                PR_OK(attn_view_init(&x, dt, xm, 3, SH(B, T, C)));
+                PR_OK(attn_view_init(&out, dt, om, 3, SH(B, T, C)));
+                uint64_t seed = 3;
+                tu_fill(&x, &seed, 1.0);
+                PR_OK(attn_encoder_forward(&e.cfg, &e.p, &x, NULL, &out, &e.cache, NULL, 0));
+                attn_view *w = which ? &e.p.ffn.w2 : &e.p.ffn.w1;
+                int64_t r = w->shape[0], cl = w->shape[1];
+                PR_OK(attn_view_init_strided(&ws, dt, wsp, 2, SH(r, cl), SH(2 * cl, 2)));
+                PR_OK(attn_view_copy(w, &ws));
+                attn_encoder_params ps = e.p;
+                *(which ? &ps.ffn.w2 : &ps.ffn.w1) = ws;
+                double *gr[2];
+                for (int pass = 0; pass < 2; ++pass) {
+                    PR_OK(attn_view_init(&dx, dt, pass ? dxb : dxa, 3, SH(B, T, C)));
+                    memset(pass ? dxb : dxa, 0, sizeof dxa);
+                    memset(e.gslab, 0, e.n);
+                    attn_status st = attn_encoder_backward(&e.cfg, pass ? &ps : &e.p, &x, NULL,
+                                                           &e.cache, &out, &dx, &e.g, NULL, 0);
+                    ck_assert_msg(st == ATTN_OK, "%s-norm, %s strided, %s: %s",
+                                  norm ? "post" : "pre", which ? "w2" : "w1",
+                                  d ? "f64" : "f32", attn_status_name(st));
+                    gr[pass] = malloc(e.n);
+                    memcpy(gr[pass], e.gslab, e.n);
+                }
+                attn_view a, b;
+                PR_OK(attn_view_init(&a, dt, dxa, 3, SH(B, T, C)));
+                PR_OK(attn_view_init(&b, dt, dxb, 3, SH(B, T, C)));
+                tu_check_close(&b, &a, TU_RTOL(dt), TU_ATOL(dt), "dx, strided FFN weight");
+                int64_t ne = (int64_t)(e.n / attn_dtype_size(dt));
+                PR_OK(attn_view_init(&a, dt, gr[0], 1, &ne));
+                PR_OK(attn_view_init(&b, dt, gr[1], 1, &ne));
+                tu_check_close(&b, &a, TU_RTOL(dt), TU_ATOL(dt), "grads, strided FFN weight");
+                free(gr[0]), free(gr[1]), free(wsp);
+                rg_enc_free(&e);
+            }
+}
+END_TEST
+
+/*
+ * Class B: attn_linear_backward and its query divided by zero (slice_of) for an empty
+ * x whose leading dims cannot merge, a contiguous (0, 0, 4); reachable through
+ * cross-attention backward with B = 0. UBSan trapped; now OK and nothing changes.
+ */
+START_TEST(rg_linear_backward_empty) {
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        double wm[20], dwm[20], dbm[5];
+        attn_view x, w, dy, dx, dw, db;
+        PR_OK(attn_view_init(&x, dt, NULL, 3, SH(0, 0, 4)));
+        PR_OK(attn_view_init(&dx, dt, NULL, 3, SH(0, 0, 4)));
+        PR_OK(attn_view_init(&dy, dt, NULL, 3, SH(0, 0, 5)));
+        PR_OK(attn_view_init(&w, dt, wm, 2, SH(4, 5)));
+        PR_OK(attn_view_init(&dw, dt, dwm, 2, SH(4, 5)));
+        PR_OK(attn_view_init(&db, dt, dbm, 1, SH(5)));
+        for (int i = 0; i < 20; ++i)
+            wm[i] = dwm[i] = 0.5 * i;
+        for (int i = 0; i < 5; ++i)
+            dbm[i] = i;
+        double dw0[20], db0[5];
+        memcpy(dw0, dwm, sizeof dw0), memcpy(db0, dbm, sizeof db0);
+        (void)attn_linear_backward_workspace_size(&x, &w, &dy, &dx, &dw);
+        ck_assert_int_eq(attn_linear_backward(&x, &w, &dy, &dx, &dw, &db, NULL, 0), ATTN_OK);
+        ck_assert(memcmp(dw0, dwm, sizeof dw0) == 0 && memcmp(db0, dbm, sizeof db0) == 0);
+        /* strided empty x: (0, 3, 4) with a padded middle stride cannot merge either */
+        PR_OK(attn_view_init_strided(&x, dt, NULL, 3, SH(0, 3, 4), SH(20, 5, 1)));
+        PR_OK(attn_view_init_strided(&dx, dt, NULL, 3, SH(0, 3, 4), SH(20, 5, 1)));
+        PR_OK(attn_view_init(&dy, dt, NULL, 3, SH(0, 3, 5)));
+        (void)attn_linear_backward_workspace_size(&x, &w, &dy, &dx, &dw);
+        ck_assert_int_eq(attn_linear_backward(&x, &w, &dy, &dx, &dw, &db, NULL, 0), ATTN_OK);
+        ck_assert(memcmp(dw0, dwm, sizeof dw0) == 0 && memcmp(db0, dbm, sizeof db0) == 0);
+    }
+    /* through cross-attention backward with B = 0 */
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        attn_mha_config cfg = {.dtype = dt, .d_model = 4, .heads = 2, .d_kv = 3, .bias = true};
+        size_t n = attn_mha_params_size(&cfg);
+        void *slab = aligned_alloc(64, n), *gslab = aligned_alloc(64, n);
+        memset(slab, 0, n), memset(gslab, 0, n);
+        attn_mha_params p, g;
+        PR_OK(attn_mha_params_bind(&p, &cfg, slab, n));
+        PR_OK(attn_mha_params_bind(&g, &cfg, gslab, n));
+        size_t cn = attn_mha_cache_size(&cfg, 0, 3, 5);
+        void *cslab = aligned_alloc(64, 64 + cn);
+        attn_view cv[5], xq, xkv, dout, dxq, dxkv, out;
+        attn_trace cache;
+        PR_OK(attn_mha_cache_bind(&cfg, 0, 3, 5, cslab, cn, cv, &cache));
+        PR_OK(attn_view_init(&xq, dt, NULL, 3, SH(0, 3, 4)));
+        PR_OK(attn_view_init(&xkv, dt, NULL, 3, SH(0, 5, 3)));
+        PR_OK(attn_view_init(&out, dt, NULL, 3, SH(0, 3, 4)));
+        PR_OK(attn_view_init(&dout, dt, NULL, 3, SH(0, 3, 4)));
+        PR_OK(attn_view_init(&dxq, dt, NULL, 3, SH(0, 3, 4)));
+        PR_OK(attn_view_init(&dxkv, dt, NULL, 3, SH(0, 5, 3)));
+        PR_OK(attn_mha_forward(&cfg, &p, &xq, &xkv, NULL, &out, &cache, NULL, 0));
+        (void)attn_mha_backward_workspace_size(&cfg, &xq, &xkv, NULL);
+        ck_assert_int_eq(attn_mha_backward(&cfg, &p, &xq, &xkv, NULL, &cache, &dout, &dxq,
+                                           &dxkv, &g, NULL, 0),
+                         ATTN_OK);
+        unsigned char *gb = gslab;
+        for (size_t i = 0; i < n; ++i)
+            ck_assert_msg(gb[i] == 0, "a gradient of an empty batch changed");
+        free(slab), free(gslab), free(cslab);
+    }
+}
+END_TEST
+
+/*
+ * Class B: a workspace that overlaps an input. attn_sdpa aborted on an assertion in
+ * debug builds and, in release with 2 threads, returned ATTN_EALIAS after writing part
+ * of out; attn_gemm with its packing workspace overlapping B returned ATTN_OK with a
+ * wrong C. Now ATTN_EALIAS with nothing written, for every input and output.
+ */
+START_TEST(rg_workspace_overlap) {
+    pr_nfail = 0;
+    static const int cases[] = {43, 18, 19, 20, 21, 16, 17};
+    for (int d = 0; d < 2; ++d)
+        for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n) {
+            pr_case c1;
+            pr_build(cases[n], d ? ATTN_F64 : ATTN_F32, &c1);
+            size_t need = c1.query(&c1);
+            if (need == 0)
+                continue;
+            for (int i = 0; i < c1.nv; ++i)
+                for (int threads = 1; threads <= 2; ++threads) {
+                    RG_BEGIN(cases[n], d ? ATTN_F64 : ATTN_F32);
+                    c->opts.threads = threads;
+                    c->work = c->v[i].data;
+                    c->work_size = c->query(c);
+                    char what[64];
+                    snprintf(what, sizeof what, "workspace on view %d, %d threads", i, threads);
+                    RG_END(E_REFUSE, ATTN_EALIAS, what);
+                }
+        }
+    /* the issue's own: gemm packing B, workspace over B, OK with a wrong C */
+    float a[12], b[40], cm[15], cw[15];
+    attn_view A, Bs, Cv;
+    for (int i = 0; i < 12; ++i)
+        a[i] = (float)i / 4;
+    for (int i = 0; i < 40; ++i)
+        b[i] = (float)(i % 7) / 2;
+    PR_OK(attn_view_init(&A, ATTN_F32, a, 2, SH(3, 4)));
+    PR_OK(attn_view_init_strided(&Bs, ATTN_F32, b, 2, SH(4, 5), SH(10, 2)));
+    PR_OK(attn_view_init(&Cv, ATTN_F32, cm, 2, SH(3, 5)));
+    size_t need = attn_gemm_workspace_size(0, 0, &A, &Bs, &Cv);
+    ck_assert_uint_gt(need, 0);
+    memset(cm, 0, sizeof cm);
+    memcpy(cw, cm, sizeof cw);
+    float b0[40];
+    memcpy(b0, b, sizeof b0);
+    ck_assert_int_eq(attn_gemm(0, 0, 1.0, &A, &Bs, 0.0, &Cv, b, need), ATTN_EALIAS);
+    ck_assert(memcmp(b, b0, sizeof b) == 0 && memcmp(cm, cw, sizeof cm) == 0);
+    RG_CHECK();
+}
+END_TEST
+
+/* Scores exactly representable around a large offset: the softmax gradient is exact. */
+static void rg_extreme_case(attn_dtype dt, double offset, double step, int algo, int64_t bk,
+                            const char *what) {
+    enum { Tq = 3, Tk = 4, D = 2, Dv = 2 };
+    double qm[Tq * D], km[Tk * D], vm[Tk * Dv], bm[Tq * Tk], om[Tq * Dv], lm[Tq], gm[Tq * Dv];
+    double dqm[Tq * D], dkm[Tk * D], dvm[Tk * Dv];
+    double rq[Tq * D], rk[Tk * D], rv[Tk * Dv];
+    attn_view q, k, v, bias, out, lse, dout, dq, dk, dv, wq, wk, wv;
+    PR_OK(attn_view_init(&q, dt, qm, 4, SH(1, 1, Tq, D)));
+    PR_OK(attn_view_init(&k, dt, km, 4, SH(1, 1, Tk, D)));
+    PR_OK(attn_view_init(&v, dt, vm, 4, SH(1, 1, Tk, Dv)));
+    PR_OK(attn_view_init(&bias, dt, bm, 4, SH(1, 1, Tq, Tk)));
+    PR_OK(attn_view_init(&out, dt, om, 4, SH(1, 1, Tq, Dv)));
+    PR_OK(attn_view_init(&lse, dt, lm, 3, SH(1, 1, Tq)));
+    PR_OK(attn_view_init(&dout, dt, gm, 4, SH(1, 1, Tq, Dv)));
+    PR_OK(attn_view_init(&dq, dt, dqm, 4, SH(1, 1, Tq, D)));
+    PR_OK(attn_view_init(&dk, dt, dkm, 4, SH(1, 1, Tk, D)));
+    PR_OK(attn_view_init(&dv, dt, dvm, 4, SH(1, 1, Tk, Dv)));
+    PR_OK(attn_view_init(&wq, ATTN_F64, rq, 4, SH(1, 1, Tq, D)));
+    PR_OK(attn_view_init(&wk, ATTN_F64, rk, 4, SH(1, 1, Tk, D)));
+    PR_OK(attn_view_init(&wv, ATTN_F64, rv, 4, SH(1, 1, Tk, Dv)));
+    /* dyadic data: q.k / 2 is exact; the bias row i is offset + step * ((i + j) % 3) */
+    for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t d = 0; d < D; ++d)
+            tu_set(&q, (int64_t[]){0, 0, i, d}, (double)((i * 3 + d * 5) % 7 - 3) / 4);
+    for (int64_t j = 0; j < Tk; ++j) {
+        for (int64_t d = 0; d < D; ++d)
+            tu_set(&k, (int64_t[]){0, 0, j, d}, (double)((j * 5 + d * 3) % 7 - 3) / 4);
+        for (int64_t d = 0; d < Dv; ++d)
+            tu_set(&v, (int64_t[]){0, 0, j, d}, (double)((j * 7 + d) % 5 - 2) / 2);
+    }
+    for (int64_t i = 0; i < Tq; ++i) {
+        for (int64_t j = 0; j < Tk; ++j)
+            tu_set(&bias, (int64_t[]){0, 0, i, j}, offset + step * (double)((i + j) % 3));
+        for (int64_t d = 0; d < Dv; ++d)
+            tu_set(&dout, (int64_t[]){0, 0, i, d}, (double)((i + 2 * d) % 3 - 1));
+    }
+    /* step 0 (the offset swallows q.k): q = 0 keeps every score exactly the offset */
+    if (step == 0)
+        memset(qm, 0, sizeof qm);
+    memset(dqm, 0, sizeof dqm), memset(dkm, 0, sizeof dkm), memset(dvm, 0, sizeof dvm);
+    attn_sdpa_opts o = {.scale = 0.5, .bias = &bias, .lse = &lse, .algo = (attn_algo)algo,
+                        .block_k = bk, .threads = 1};
+    PR_OK(attn_sdpa(&q, &k, &v, &o, &out, NULL, 0));
+    o.lse = NULL;
+    PR_OK(attn_sdpa_backward(&q, &k, &v, &o, &out, &lse, &dout, &dq, &dk, &dv, NULL, 0));
+    ref_sdpa_backward(&q, &k, &v, &o, &dout, &wq, &wk, &wv);
+    double rtol = dt == ATTN_F64 ? 1e-10 : 1e-4, atol = dt == ATTN_F64 ? 1e-12 : 1e-6;
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s, algo %d, block_k %lld: dq", what, algo, (long long)bk);
+    tu_check_close(&dq, &wq, rtol, atol, msg);
+    snprintf(msg, sizeof msg, "%s, algo %d, block_k %lld: dk", what, algo, (long long)bk);
+    tu_check_close(&dk, &wk, rtol, atol, msg);
+    snprintf(msg, sizeof msg, "%s, algo %d, block_k %lld: dv", what, algo, (long long)bk);
+    tu_check_close(&dv, &wv, rtol, atol, msg);
+}
+
+/*
+ * Class C: attn_sdpa_backward recomputed P = exp(S - lse) with lse = m + log l stored in
+ * the input dtype: at large |m| the log l term was lost and every visible key got P = 1.
+ * f32 with a -1e9 bias row (the padding idiom): dv 4x too large at Tk = 4; f64 logits at
+ * +-1e30 or -1e20: 4x; -1e16: 46% error; -1e15: 3-4%. Against the true softmax gradient
+ * (ref_sdpa_backward, double, max-subtracted), both algorithms, several tile widths.
+ */
+START_TEST(rg_backward_extreme_logits) {
+    static const int64_t bks[] = {0, 1, 3};
+    for (int algo = ATTN_ALGO_MATERIALIZED; algo <= ATTN_ALGO_TILED; ++algo)
+        for (int n = 0; n < 3; ++n) {
+            if (algo == ATTN_ALGO_MATERIALIZED && n > 0)
+                continue;
+            rg_extreme_case(ATTN_F32, -1e9, 0, algo, bks[n], "f32 bias -1e9");
+            rg_extreme_case(ATTN_F32, 1e9, 0, algo, bks[n], "f32 bias +1e9");
+            rg_extreme_case(ATTN_F32, -1e30, 0, algo, bks[n], "f32 bias -1e30");
+            rg_extreme_case(ATTN_F32, -1e5, 0.0078125, algo, bks[n], "f32 bias -1e5");
+            rg_extreme_case(ATTN_F64, 1e30, 0, algo, bks[n], "f64 logits +1e30");
+            rg_extreme_case(ATTN_F64, -1e30, 0, algo, bks[n], "f64 logits -1e30");
+            rg_extreme_case(ATTN_F64, -1e20, 0, algo, bks[n], "f64 logits -1e20");
+            rg_extreme_case(ATTN_F64, -1e16, 2.0, algo, bks[n], "f64 logits -1e16");
+            rg_extreme_case(ATTN_F64, -1e15, 0.125, algo, bks[n], "f64 logits -1e15");
+            rg_extreme_case(ATTN_F64, 1e15, 0.125, algo, bks[n], "f64 logits +1e15");
+        }
+}
+END_TEST
+
+/*
+ * Class C through the layers: MHA with Wq = 0 has scores exactly equal to the bias, so
+ * a -1e9 (f32) / -1e20 (f64) bias on a whole query row gives the same function as a 0
+ * bias there (softmax ignores a row constant). The backward must not see a difference.
+ */
+START_TEST(rg_layers_extreme_bias) {
+    enum { B = 1, T = 4, C = 4 };
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        attn_mha_config cfg = {.dtype = dt, .d_model = C, .heads = 2, .bias = false};
+        size_t n = attn_mha_params_size(&cfg), cn = attn_mha_cache_size(&cfg, B, T, T);
+        void *slab = aligned_alloc(64, n), *gslab[2], *cslab = aligned_alloc(64, cn);
+        attn_mha_params p, g[2];
+        PR_OK(attn_mha_params_bind(&p, &cfg, slab, n));
+        attn_view all;
+        PR_OK(attn_view_init(&all, dt, slab, 1, SH((int64_t)(n / attn_dtype_size(dt)))));
+        uint64_t seed = 7;
+        tu_fill(&all, &seed, 0.5);
+        memset(p.wq.data, 0, pr_bytes(&p.wq));
+        double xm[B * T * C], om[B * T * C], gm[B * T * C], dxm[2][B * T * C], bm[2][T * T];
+        attn_view x, out, dout, dx[2], bias[2], cv[5];
+        attn_trace cache;
+        PR_OK(attn_mha_cache_bind(&cfg, B, T, T, cslab, cn, cv, &cache));
+        PR_OK(attn_view_init(&x, dt, xm, 3, SH(B, T, C)));
+        PR_OK(attn_view_init(&out, dt, om, 3, SH(B, T, C)));
+        PR_OK(attn_view_init(&dout, dt, gm, 3, SH(B, T, C)));
+        tu_fill(&x, &seed, 1.0);
+        tu_fill(&dout, &seed, 1.0);
+        for (int pass = 0; pass < 2; ++pass) {
+            gslab[pass] = aligned_alloc(64, n);
+            memset(gslab[pass], 0, n);
+            PR_OK(attn_mha_params_bind(&g[pass], &cfg, gslab[pass], n));
+            PR_OK(attn_view_init(&bias[pass], dt, bm[pass], 2, SH(T, T)));
+            PR_OK(attn_view_init(&dx[pass], dt, dxm[pass], 3, SH(B, T, C)));
+            memset(dxm[pass], 0, sizeof dxm[pass]);
+            for (int64_t i = 0; i < T; ++i)
+                for (int64_t j = 0; j < T; ++j)
+                    tu_set(&bias[pass], (int64_t[]){i, j},
+                           pass && i == 1 ? (d ? -1e20 : -1e9) : 0.0);
+            attn_sdpa_opts o = {.bias = &bias[pass]};
+            PR_OK(attn_mha_forward(&cfg, &p, &x, NULL, &o, &out, &cache, NULL, 0));
+            PR_OK(attn_mha_backward(&cfg, &p, &x, NULL, &o, &cache, &dout, &dx[pass], NULL,
+                                    &g[pass], NULL, 0));
+        }
+        tu_check_close(&dx[1], &dx[0], d ? 1e-10 : 1e-4, d ? 1e-12 : 1e-6,
+                       "MHA dx, -1e9/-1e20 bias row vs 0");
+        attn_view *ga[] = {&g[0].wq, &g[0].wk, &g[0].wv, &g[0].wo};
+        attn_view *gb[] = {&g[1].wq, &g[1].wk, &g[1].wv, &g[1].wo};
+        for (int i = 0; i < 4; ++i)
+            tu_check_close(gb[i], ga[i], d ? 1e-10 : 1e-4, d ? 1e-12 : 1e-6,
+                           "MHA weight gradient, -1e9/-1e20 bias row vs 0");
+        free(slab), free(gslab[0]), free(gslab[1]), free(cslab);
+    }
+}
+END_TEST
+/*
+ * The NaN rule for masked positions (docs/numerics.md): a value stored at a masked
+ * position -- a key masked for a query (causal, keep, -inf bias, kv_len), or a query
+ * row with no visible key -- never reaches an output or gradient element of a pair that
+ * cannot see it, whatever the algorithm, block size and thread count. Before: with
+ * causal masking a NaN in v at key 6 made rows 0-5 NaN when a computed tile held key 6;
+ * a NaN in q of a fully masked row reached dk.
+ */
+enum { NR_T = 8, NR_D = 3, NR_DV = 2 };
+/* kind: 0 causal + NaN v[6]; 1 causal + NaN k[6]; 2 key 2 kept from every row + NaN in
+   k[2], v[2] and its bias column; 3 kv_len 5 + NaN/inf in keys 5..7; 4 query row 3 fully
+   masked + NaN in q[3], dout[3] and its bias row */
+static void nr_run(attn_dtype dt, int kind, int algo, int64_t bq, int64_t bk, int threads) {
+    enum { T = NR_T, D = NR_D, DV = NR_DV };
+    double qm[T * D], km[T * D], vm[T * DV], bm[T * T], om[T * DV], lm[T], gm[T * DV];
+    double dqm[T * D], dkm[T * D], dvm[T * DV], rom[T * DV], rlm[T];
+    double rq[T * D], rk[T * D], rv[T * DV];
+    unsigned char keep[T * T];
+    attn_view q, k, v, bias, out, lse, dout, dq, dk, dv, M, wo, wl, wq, wk, wv;
+    PR_OK(attn_view_init(&q, dt, qm, 4, SH(1, 1, T, D)));
+    PR_OK(attn_view_init(&k, dt, km, 4, SH(1, 1, T, D)));
+    PR_OK(attn_view_init(&v, dt, vm, 4, SH(1, 1, T, DV)));
+    PR_OK(attn_view_init(&bias, dt, bm, 2, SH(T, T)));
+    PR_OK(attn_view_init(&out, dt, om, 4, SH(1, 1, T, DV)));
+    PR_OK(attn_view_init(&lse, dt, lm, 3, SH(1, 1, T)));
+    PR_OK(attn_view_init(&dout, dt, gm, 4, SH(1, 1, T, DV)));
+    PR_OK(attn_view_init(&dq, dt, dqm, 4, SH(1, 1, T, D)));
+    PR_OK(attn_view_init(&dk, dt, dkm, 4, SH(1, 1, T, D)));
+    PR_OK(attn_view_init(&dv, dt, dvm, 4, SH(1, 1, T, DV)));
+    PR_OK(attn_view_init(&M, ATTN_U8, keep, 2, SH(T, T)));
+    PR_OK(attn_view_init(&wo, ATTN_F64, rom, 4, SH(1, 1, T, DV)));
+    PR_OK(attn_view_init(&wl, ATTN_F64, rlm, 3, SH(1, 1, T)));
+    PR_OK(attn_view_init(&wq, ATTN_F64, rq, 4, SH(1, 1, T, D)));
+    PR_OK(attn_view_init(&wk, ATTN_F64, rk, 4, SH(1, 1, T, D)));
+    PR_OK(attn_view_init(&wv, ATTN_F64, rv, 4, SH(1, 1, T, DV)));
+    uint64_t seed = 99;
+    tu_fill(&q, &seed, 1.0), tu_fill(&k, &seed, 1.0), tu_fill(&v, &seed, 1.0);
+    tu_fill(&bias, &seed, 0.5), tu_fill(&dout, &seed, 1.0);
+    memset(keep, 1, sizeof keep);
+    int64_t kv_len[1] = {T};
+    attn_sdpa_opts o = {.bias = &bias, .keep = &M, .algo = (attn_algo)algo, .block_q = bq,
+                        .block_k = bk, .threads = threads};
+    switch (kind) {
+    case 0:
+        o.causal = ATTN_CAUSAL_TOP_LEFT;
+        for (int d = 0; d < DV; ++d)
+            tu_set(&v, (int64_t[]){0, 0, 6, d}, NAN);
+        break;
+    case 1:
+        o.causal = ATTN_CAUSAL_TOP_LEFT;
+        for (int d = 0; d < D; ++d)
+            tu_set(&k, (int64_t[]){0, 0, 6, d}, NAN);
+        break;
+    case 2:
+        for (int i = 0; i < T; ++i) {
+            keep[i * T + 2] = 0;
+            tu_set(&bias, (int64_t[]){i, 2}, NAN);
+        }
+        tu_set(&k, (int64_t[]){0, 0, 2, 0}, NAN);
+        tu_set(&v, (int64_t[]){0, 0, 2, 1}, NAN);
+        break;
+    case 3:
+        kv_len[0] = 5;
+        o.kv_len = kv_len;
+        for (int j = 5; j < T; ++j) {
+            tu_set(&k, (int64_t[]){0, 0, j, 0}, NAN);
+            tu_set(&v, (int64_t[]){0, 0, j, 0}, INFINITY);
+            tu_set(&bias, (int64_t[]){1, j}, NAN);
+        }
+        break;
+    default:
+        for (int j = 0; j < T; ++j)
+            keep[3 * T + j] = 0;
+        for (int d = 0; d < D; ++d)
+            tu_set(&q, (int64_t[]){0, 0, 3, d}, NAN);
+        for (int d = 0; d < DV; ++d)
+            tu_set(&dout, (int64_t[]){0, 0, 3, d}, NAN);
+        tu_set(&bias, (int64_t[]){3, 1}, NAN);
+        break;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%s NaN rule kind %d, algo %d, block_q %lld, block_k %lld, %d threads",
+             dt == ATTN_F64 ? "f64" : "f32", kind, algo, (long long)bq, (long long)bk, threads);
+    ref_sdpa(&q, &k, &v, &o, &wo, NULL, &wl);
+    o.lse = &lse;
+    ck_assert_int_eq(attn_sdpa(&q, &k, &v, &o, &out, NULL, 0), ATTN_OK);
+    double rtol = dt == ATTN_F64 ? 1e-10 : 1e-4, atol = dt == ATTN_F64 ? 1e-12 : 1e-5;
+    tu_check_close(&out, &wo, rtol, atol, what);
+    tu_check_close(&lse, &wl, rtol, atol, what);
+    o.lse = NULL;
+    memset(dqm, 0, sizeof dqm), memset(dkm, 0, sizeof dkm), memset(dvm, 0, sizeof dvm);
+    ck_assert_int_eq(attn_sdpa_backward(&q, &k, &v, &o, &out, &lse, &dout, &dq, &dk, &dv,
+                                        NULL, 0),
+                     ATTN_OK);
+    ref_sdpa_backward(&q, &k, &v, &o, &dout, &wq, &wk, &wv);
+    tu_check_close(&dq, &wq, rtol, atol, what);
+    tu_check_close(&dk, &wk, rtol, atol, what);
+    tu_check_close(&dv, &wv, rtol, atol, what);
+}
+
+START_TEST(rg_masked_nan_rule) {
+    static const int64_t blocks[] = {0, 1, 2, 3, 4, 5, 8};
+    for (int d = 0; d < 2; ++d)
+        for (int kind = 0; kind < 5; ++kind)
+            for (int algo = ATTN_ALGO_MATERIALIZED; algo <= ATTN_ALGO_TILED; ++algo)
+                for (int i = 0; i < 7; ++i)
+                    for (int j = 0; j < (algo == ATTN_ALGO_TILED ? 7 : 1); ++j)
+                        nr_run(d ? ATTN_F64 : ATTN_F32, kind, algo, blocks[i], blocks[j],
+                               1 + (i + j) % 2);
+}
+END_TEST
+
+/*
+ * Class D: kv_len outside 0..Tk is ATTN_EINVAL everywhere (attn_sdpa's documented
+ * status); the layers said ATTN_ERANGE (layers.h promises "the statuses of attn_sdpa").
+ */
+START_TEST(rg_kv_len_status) {
+    pr_nfail = 0;
+    static const int cases[] = {18, 19, 20, 21, 33, 34, 35, 36, 39, 40, 41, 42};
+    for (int d = 0; d < 2; ++d)
+        for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n)
+            for (int m = 0; m < 3; ++m) {
+                RG_BEGIN(cases[n], d ? ATTN_F64 : ATTN_F32);
+                if (m == 0)
+                    c->kv_len[0] += 1;
+                else if (m == 1)
+                    c->kv_len[1] = -1;
+                else
+                    c->kv_len[0] = INT64_MAX;
+                RG_END(E_REFUSE, ATTN_EINVAL, "kv_len out of range");
+            }
+    RG_CHECK();
+}
+END_TEST
+
+/*
+ * Class D: a misaligned slab was ATTN_EINVAL from *_params_bind and ATTN_EWORKSPACE from
+ * *_cache_bind. One status for both: ATTN_EINVAL (an invalid argument, whatever its
+ * size), the views left untouched.
+ */
+START_TEST(rg_slab_alignment_status) {
+    static _Alignas(64) unsigned char slab[1 << 16];
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        attn_mha_config mc = {.dtype = dt, .d_model = 4, .heads = 2, .bias = true};
+        attn_ffn_config fc = {.dtype = dt, .d_model = 4, .d_ff = 8, .bias = true};
+        attn_encoder_config ec = {.mha = mc, .ffn = fc, .ln_affine = true};
+        for (size_t off = 1; off < 64; off = off * 2 + (off == 1 ? 1 : 0)) {
+            unsigned char *p = slab + off;
+            size_t big = sizeof slab - 64;
+            attn_mha_params mp;
+            attn_ffn_params fp;
+            attn_encoder_params ep;
+            attn_view views[15], v0[15];
+            attn_trace tr, tr0;
+            memset(views, 0x5A, sizeof views), memcpy(v0, views, sizeof v0);
+            memset(&tr, 0x5A, sizeof tr), memcpy(&tr0, &tr, sizeof tr);
+            ck_assert_int_eq(attn_mha_params_bind(&mp, &mc, p, big), ATTN_EINVAL);
+            ck_assert_int_eq(attn_ffn_params_bind(&fp, &fc, p, big), ATTN_EINVAL);
+            ck_assert_int_eq(attn_encoder_params_bind(&ep, &ec, p, big), ATTN_EINVAL);
+            ck_assert_msg(attn_mha_cache_bind(&mc, 2, 3, 3, p, big, views, &tr) == ATTN_EINVAL,
+                          "mha_cache_bind misaligned by %zu", off);
+            ck_assert_msg(attn_encoder_cache_bind(&ec, 2, 3, p, big, views, &tr) == ATTN_EINVAL,
+                          "encoder_cache_bind misaligned by %zu", off);
+            ck_assert(memcmp(views, v0, sizeof v0) == 0 && memcmp(&tr, &tr0, sizeof tr) == 0);
+            /* too small (and aligned) stays ATTN_EWORKSPACE */
+            ck_assert_int_eq(attn_mha_cache_bind(&mc, 2, 3, 3, slab, 16, views, &tr),
+                             ATTN_EWORKSPACE);
+        }
+    }
+}
+END_TEST
+
+/*
+ * Class D: a workspace offset by a few bytes was accepted and read misaligned (UBSan:
+ * 20 reports in tmpl/sdpa.h and vexp.c). The rule (docs/reliability.md): any address
+ * works; the queried size covers the alignment the library needs. Same results as an
+ * aligned workspace, UBSan clean in CI.
+ */
+START_TEST(rg_workspace_misaligned) {
+    pr_nfail = 0;
+    static const int cases[] = {43, 16, 17, 18, 19, 20, 21, 24, 25, 26,
+                                33, 35, 37, 38, 39, 41, 42};
+    static const size_t offs[] = {1, 4, 8, 12, 36};
+    for (int d = 0; d < 2; ++d)
+        for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n)
+            for (size_t m = 0; m < sizeof offs / sizeof *offs; ++m) {
+                RG_BEGIN(cases[n], d ? ATTN_F64 : ATTN_F32);
+                c->work_size = c->query(c);
+                c->work = pr_hi(c->work_size + 64) + offs[m];
+                char what[64];
+                snprintf(what, sizeof what, "workspace misaligned by %zu", offs[m]);
+                RG_END(E_SAME, ATTN_OK, what);
+            }
+    RG_CHECK();
+}
+END_TEST
+
+/*
+ * Class D: the order of checks. tests/test_gemm's gm_errors expected ATTN_ERANGE but got
+ * ATTN_EALIAS in a plain --buildtype=debug build: its 40 GiB Cbig view then overlapped
+ * the test's stack arrays and the alias check ran first. The documented order is NULL
+ * and malformed views, dtype, shape and range, aliasing, workspace: a call with two
+ * faults reports the earlier one, wherever the caller's arrays sit.
+ */
+START_TEST(rg_check_order) {
+    static _Alignas(64) float mem[4096];
+    attn_view A, B, C, Cbig;
+    PR_OK(attn_view_init(&A, ATTN_F32, mem, 2, SH(4, 3)));
+    PR_OK(attn_view_init(&B, ATTN_F32, mem + 64, 2, SH(3, 5)));
+    PR_OK(attn_view_init(&C, ATTN_F32, mem + 128, 2, SH(4, 5)));
+    /* a 2^31-row C over A (range + alias): ERANGE */
+    attn_view Abig;
+    PR_OK(attn_view_init_strided(&Abig, ATTN_F32, mem, 2, SH(INT64_C(1) << 31, 3), SH(0, 1)));
+    PR_OK(attn_view_init_strided(&Cbig, ATTN_F32, mem, 2, SH(INT64_C(1) << 31, 5), SH(5, 1)));
+    ck_assert_int_eq(attn_gemm(0, 0, 1, &Abig, &B, 0, &Cbig, NULL, 0), ATTN_ERANGE);
+    /* the same with C before, inside and after A's memory: the status does not move */
+    for (int where = 0; where < 3; ++where) {
+        Cbig.data = where == 0 ? (void *)mem : where == 1 ? (void *)(mem + 2) : (void *)(mem + 3000);
+        ck_assert_int_eq(attn_gemm(0, 0, 1, &Abig, &B, 0, &Cbig, NULL, 0), ATTN_ERANGE);
+    }
+    /* dtype + alias: EDTYPE; shape + alias: ESHAPE; alias + short workspace: EALIAS */
+    attn_view Cd = A;
+    Cd.dtype = ATTN_F64;
+    ck_assert_int_eq(attn_gemm(0, 0, 1, &A, &B, 0, &Cd, NULL, 0), ATTN_EDTYPE);
+    attn_view Cs;
+    PR_OK(attn_view_init(&Cs, ATTN_F32, mem, 2, SH(4, 6)));
+    ck_assert_int_eq(attn_gemm(0, 0, 1, &A, &B, 0, &Cs, NULL, 0), ATTN_ESHAPE);
+    attn_view Bp, Ca;
+    PR_OK(attn_view_init_strided(&Bp, ATTN_F32, mem + 64, 2, SH(3, 5), SH(10, 2)));
+    PR_OK(attn_view_init(&Ca, ATTN_F32, mem + 2, 2, SH(4, 5)));
+    ck_assert_uint_gt(attn_gemm_workspace_size(0, 0, &A, &Bp, &C), 0);
+    ck_assert_int_eq(attn_gemm(0, 0, 1, &A, &Bp, 0, &Ca, mem + 1024, 1), ATTN_EALIAS);
+    /* malformed + dtype: the malformed view's status */
+    attn_view Am = A;
+    Am.ndim = 7;
+    ck_assert_int_eq(attn_gemm(0, 0, 1, &Am, &B, 0, &Cd, NULL, 0), attn_view_check(&Am));
+    /* sdpa: a D beyond INT_MAX on an out that overlaps q: ERANGE, wherever out sits */
+    attn_view q, k, v, o;
+    int64_t huge = (int64_t)INT_MAX + 1;
+    PR_OK(attn_view_init_strided(&q, ATTN_F32, mem, 4, SH(1, 1, 2, huge), SH(0, 0, 0, 0)));
+    PR_OK(attn_view_init_strided(&k, ATTN_F32, mem, 4, SH(1, 1, 2, huge), SH(0, 0, 0, 0)));
+    PR_OK(attn_view_init(&v, ATTN_F32, mem + 8, 4, SH(1, 1, 2, 2)));
+    PR_OK(attn_view_init(&o, ATTN_F32, mem, 4, SH(1, 1, 2, 2)));
+    ck_assert_int_eq(attn_sdpa(&q, &k, &v, NULL, &o, NULL, 0), ATTN_ERANGE);
+    /* sdpa: out overlapping q and a bias of the wrong dtype: EDTYPE */
+    attn_view q2, bias;
+    PR_OK(attn_view_init(&q2, ATTN_F32, mem, 4, SH(1, 1, 2, 2)));
+    PR_OK(attn_view_init(&bias, ATTN_F64, mem + 512, 2, SH(2, 2)));
+    attn_sdpa_opts opts = {.bias = &bias};
+    ck_assert_int_eq(attn_sdpa(&q2, &q2, &v, &opts, &o, NULL, 0), ATTN_EDTYPE);
+    /* sdpa: out overlapping q and an out of the wrong shape: ESHAPE */
+    attn_view o3;
+    PR_OK(attn_view_init(&o3, ATTN_F32, mem, 4, SH(1, 1, 3, 2)));
+    ck_assert_int_eq(attn_sdpa(&q2, &q2, &v, NULL, &o3, NULL, 0), ATTN_ESHAPE);
+    /* sdpa: out overlapping q, bad kv_len: EINVAL (options precede aliasing) */
+    int64_t kv[1] = {7};
+    attn_sdpa_opts o2 = {.kv_len = kv};
+    ck_assert_int_eq(attn_sdpa(&q2, &q2, &v, &o2, &o, NULL, 0), ATTN_EINVAL);
+    /* linear: x overlapping y, W of the wrong dtype: EDTYPE */
+    attn_view x, w, y;
+    PR_OK(attn_view_init(&x, ATTN_F32, mem, 2, SH(3, 4)));
+    PR_OK(attn_view_init(&w, ATTN_F64, mem + 256, 2, SH(4, 5)));
+    PR_OK(attn_view_init(&y, ATTN_F32, mem, 2, SH(3, 5)));
+    ck_assert_int_eq(attn_linear(&x, &w, NULL, &y, NULL, 0), ATTN_EDTYPE);
+}
+END_TEST
+
 int main(void) {
     const char *full = getenv("ATTN_PROMISES_FULL");
     pr_full = full && *full && strcmp(full, "0") != 0;
@@ -1452,6 +2170,30 @@ int main(void) {
     PR_ADD(tc, pr_mha);
     PR_ADD(tc, pr_ffn);
     PR_ADD(tc, pr_encoder);
+    suite_add_tcase(s, tc);
+    /* issue 15, class A (the layers validate everything before the first write) */
+    tc = tcase_create("regress_layers");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rg_layers_bad_options);
+    tcase_add_test(tc, rg_layers_gradient_stride0);
+    tcase_add_test(tc, rg_layers_trace_same_object);
+    tcase_add_test(tc, rg_encoder_backward_strided_weight);
+    suite_add_tcase(s, tc);
+    /* classes B, C, D */
+    tc = tcase_create("regress_kernels");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rg_linear_backward_empty);
+    tcase_add_test(tc, rg_workspace_overlap);
+    tcase_add_test(tc, rg_workspace_misaligned);
+    tcase_add_test(tc, rg_kv_len_status);
+    tcase_add_test(tc, rg_slab_alignment_status);
+    tcase_add_test(tc, rg_check_order);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("regress_numerics");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, rg_backward_extreme_logits);
+    tcase_add_test(tc, rg_layers_extreme_bias);
+    tcase_add_test(tc, rg_masked_nan_rule);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
