@@ -216,7 +216,7 @@ START_TEST(mf_errors) {
     ck_assert_int_eq(attn_mha_forward(&c, &p, &x.v, NULL, &o2, &out.v, NULL, NULL, 0), ATTN_EDTYPE);
     int64_t kl[2] = {3, 4};
     attn_sdpa_opts o3 = {.kv_len = kl};
-    ck_assert_int_eq(attn_mha_forward(&c, &p, &x.v, NULL, &o3, &out.v, NULL, NULL, 0), ATTN_ERANGE);
+    ck_assert_int_eq(attn_mha_forward(&c, &p, &x.v, NULL, &o3, &out.v, NULL, NULL, 0), ATTN_EINVAL); /* as attn_sdpa documents */
     /* a trace view of the wrong shape */
     lt badq = lt_new(ATTN_F64, 3, (int64_t[]){2, 3, 3});
     attn_trace tr = {.q = &badq.v};
@@ -232,6 +232,106 @@ START_TEST(mf_errors) {
 #undef UNTOUCHED
     free(w); free(slab);
     lt_free(&x); lt_free(&x32); lt_free(&x5); lt_free(&out); lt_free(&out0); lt_free(&badq);
+}
+END_TEST
+
+/* ---- refused calls write nothing: every trace view set, every bad sdpa option ---- */
+
+enum { NTR = 21 };
+
+/* A full encoder trace (every slot its own buffer) for x (B, T, C), H heads, F hidden. */
+typedef struct full_trace {
+    lt t[NTR];
+    attn_trace tr;
+} full_trace;
+
+static void full_trace_new(full_trace *f, attn_dtype dt, int64_t B, int64_t T, int64_t C,
+                           int64_t H, int64_t F) {
+    int64_t btc[3] = {B, T, C}, btf[3] = {B, T, F}, bt[2] = {B, T};
+    int64_t bhtt[4] = {B, H, T, T}, bhtd[4] = {B, H, T, C / H}, bht[3] = {B, H, T};
+    attn_view **slot[NTR] = {&f->tr.ln1,        &f->tr.q,           &f->tr.k,
+                             &f->tr.v,          &f->tr.scores,      &f->tr.attention,
+                             &f->tr.read_values, &f->tr.concat,     &f->tr.projected_attention,
+                             &f->tr.residual1,  &f->tr.ln2,         &f->tr.mlp_hidden_pre,
+                             &f->tr.mlp_hidden, &f->tr.mlp_output,  &f->tr.output,
+                             &f->tr.lse,        &f->tr.ln1_mean,    &f->tr.ln1_rstd,
+                             &f->tr.ln2_mean,   &f->tr.ln2_rstd,    &f->tr.residual2};
+    const int64_t *shp[NTR] = {btc, btc, btc, btc, bhtt, bhtt, bhtd, btc, btc, btc, btc,
+                               btf, btf, btc, btc, bht, bt, bt, bt, bt, btc};
+    int nd[NTR] = {3, 3, 3, 3, 4, 4, 4, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 3};
+    for (int i = 0; i < NTR; ++i) {
+        f->t[i] = lt_new(dt, nd[i], shp[i]);
+        memset(f->t[i].mem, 0xA5, (size_t)tu_numel(&f->t[i].v) * attn_dtype_size(dt));
+        *slot[i] = &f->t[i].v;
+    }
+}
+
+/* Every byte of every trace buffer and of out still 0xA5. */
+static void full_trace_untouched(const full_trace *f, const lt *out, const char *what) {
+    for (int i = -1; i < NTR; ++i) {
+        const lt *t = i < 0 ? out : &f->t[i];
+        size_t n = (size_t)tu_numel(&t->v) * attn_dtype_size(t->v.dtype);
+        for (size_t b = 0; b < n; ++b)
+            ck_assert_msg(((const unsigned char *)t->mem)[b] == 0xA5,
+                          "%s: trace slot %d byte %zu written by a refused call", what, i, b);
+    }
+}
+
+static void full_trace_free(full_trace *f) {
+    for (int i = 0; i < NTR; ++i)
+        lt_free(&f->t[i]);
+}
+
+START_TEST(lf_refused_writes_nothing) {
+    enum { B = 2, T = 3, C = 4, H = 2, F = 6 };
+    attn_dtype dt = ATTN_F64;
+    attn_encoder_config ec = {.mha = {.dtype = dt, .d_model = C, .heads = H, .bias = true},
+                              .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .bias = true},
+                              .ln_affine = true};
+    size_t ps = attn_encoder_params_size(&ec);
+    void *slab = slab_new(ps);
+    attn_encoder_params p;
+    ck_assert_int_eq(attn_encoder_params_bind(&p, &ec, slab, ps), ATTN_OK);
+    uint64_t seed = 9;
+    lt x = lt_rand(dt, 3, (int64_t[]){B, T, C}, &seed, 1.0);
+    tu_fill(&p.mha.wq, &seed, 0.5);
+    int64_t kl_bad[B] = {T, T + 1}, kl_neg[B] = {-1, T};
+    attn_sdpa_opts bad[] = {{.threads = -1},      {.block_q = -1},        {.block_k = -1},
+                            {.scale = INFINITY},  {.scale = -INFINITY},   {.scale = NAN},
+                            {.causal = 7},        {.algo = 9},            {.kv_len = kl_bad},
+                            {.kv_len = kl_neg}};
+    for (size_t o = 0; o < sizeof bad / sizeof *bad; ++o) {
+        for (int layer = 0; layer < 3; ++layer) {
+            full_trace f;
+            full_trace_new(&f, dt, B, T, C, H, F);
+            lt out = lt_new(dt, 3, (int64_t[]){B, T, C});
+            memset(out.mem, 0xA5, (size_t)(B * T * C) * sizeof(double));
+            attn_status st;
+            if (layer == 0) { /* MHA: its own trace slots only */
+                attn_trace mt = {.q = f.tr.q, .k = f.tr.k, .v = f.tr.v, .scores = f.tr.scores,
+                                 .attention = f.tr.attention, .read_values = f.tr.read_values,
+                                 .concat = f.tr.concat, .lse = f.tr.lse};
+                st = attn_mha_forward(&ec.mha, &p.mha, &x.v, NULL, &bad[o], &out.v, &mt, NULL, 0);
+            } else {
+                ec.norm = layer == 1 ? ATTN_PRE_NORM : ATTN_POST_NORM;
+                st = attn_encoder_forward(&ec, &p, &x.v, &bad[o], &out.v, &f.tr, NULL, 0);
+            }
+            ck_assert_msg(st == ATTN_EINVAL, "option %zu, layer %d: status %d", o, layer, st);
+            full_trace_untouched(&f, &out, layer == 0 ? "mha" : "encoder");
+            full_trace_free(&f);
+            lt_free(&out);
+        }
+    }
+    /* kv_len out of range: one documented status through every entry point */
+    attn_sdpa_opts o = {.kv_len = kl_bad};
+    lt q = lt_rand(dt, 4, (int64_t[]){B, H, T, C / H}, &seed, 1.0);
+    lt so = lt_new(dt, 4, (int64_t[]){B, H, T, C / H}), lo = lt_new(dt, 3, (int64_t[]){B, T, C});
+    ck_assert_int_eq(attn_sdpa(&q.v, &q.v, &q.v, &o, &so.v, NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_mha_forward(&ec.mha, &p.mha, &x.v, NULL, &o, &lo.v, NULL, NULL, 0),
+                     ATTN_EINVAL);
+    ck_assert_int_eq(attn_encoder_forward(&ec, &p, &x.v, &o, &lo.v, NULL, NULL, 0), ATTN_EINVAL);
+    lt_free(&q); lt_free(&so); lt_free(&lo); lt_free(&x);
+    free(slab);
 }
 END_TEST
 
@@ -517,6 +617,7 @@ int main(void) {
         {"attn_mha_forward", mf_lesson11_tiny},
         {"attn_mha_forward", mf_errors},
         {"attn_mha_forward", mf_torch_parity},
+        {"attn_mha_forward", lf_refused_writes_nothing},
         {"attn_ffn_forward", ff_vs_reference},
         {"attn_encoder_config_resolve", ec_config_errors},
         {"attn_encoder_forward", ef_vit_seed_trace},

@@ -82,7 +82,7 @@ ATTN_HIDDEN attn_status attn__want_opt(const attn_view *v, attn_dtype dt, int nd
  * itself (ATTN_ESTRIDE), any input, or any other output (ATTN_EALIAS; the same
  * view object in two output slots is two outputs). At most ATTN__MAX_ALIAS views.
  */
-#define ATTN__MAX_ALIAS 96
+#define ATTN__MAX_ALIAS 128
 ATTN_HIDDEN attn_status attn__check_aliasing(const attn_view *const *outs, int nout,
                                              const attn_view *const *ins, int nin);
 /* True when the caller's workspace [work, work + bytes) overlaps one of the n views. */

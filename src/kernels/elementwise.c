@@ -73,15 +73,19 @@ static bool act_ok(attn_act act) {
     return act == ATTN_ACT_GELU_TANH || act == ATTN_ACT_GELU_ERF || act == ATTN_ACT_RELU;
 }
 
-attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
-    if (!act_ok(act))
-        return ATTN_EINVAL;
+/* The checks and run behind attn_activation, attn_gelu and attn_relu. */
+static attn_status activation(attn_act act, const attn_view *x, attn_view *y) {
     ATTN_TRY(k_check_map(x, true, NULL, y, true));
     attn__activation_run(act, x, y);
     return ATTN_OK;
 }
 
+attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
+    return act_ok(act) ? activation(act, x, y) : ATTN_EINVAL;
+}
+
 void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
+    ATTN_ASSERT(act_ok(act) && k_check_map(x, true, NULL, y, true) == ATTN_OK);
     if (attn_view_numel(x) == 0)
         return;
     k_iter it;
@@ -103,6 +107,7 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
 
 void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_view *dy,
                                    attn_view *dx) {
+    ATTN_ASSERT(act_ok(act) && k_check_map(x, false, dy, dx, false) == ATTN_OK);
     if (attn_view_numel(x) == 0)
         return;
     k_iter it;
@@ -116,11 +121,11 @@ void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_
 attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {
     if (act != ATTN_ACT_GELU_TANH && act != ATTN_ACT_GELU_ERF)
         return ATTN_EINVAL;
-    return attn_activation(act, x, y);
+    return activation(act, x, y);
 }
 
 attn_status attn_relu(const attn_view *x, attn_view *y) {
-    return attn_activation(ATTN_ACT_RELU, x, y);
+    return activation(ATTN_ACT_RELU, x, y);
 }
 
 /* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
@@ -130,7 +135,7 @@ static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_vie
     return attn_view_broadcast(b, x->ndim, x->shape, out);
 }
 
-attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+static attn_status add_check(const attn_view *x, const attn_view *b, const attn_view *y) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(k_check_float(b, x->dtype));
     ATTN_TRY(k_check_float(y, x->dtype));
@@ -139,12 +144,17 @@ attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
     attn_view bb;
     ATTN_TRY(broadcast_to(b, x, &bb));
     (void)bb;
-    ATTN_TRY(k_check_out(y, 2, (const attn_view *[]){x, b}, 3u));
+    return k_check_out(y, 2, (const attn_view *[]){x, b}, 3u);
+}
+
+attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_TRY(add_check(x, b, y));
     attn__add_run(x, b, y);
     return ATTN_OK;
 }
 
 void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_ASSERT(add_check(x, b, y) == ATTN_OK);
     if (attn_view_numel(x) == 0)
         return;
     attn_view bb;
@@ -159,7 +169,8 @@ void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
         add_f64(&it, x, &bb, y);
 }
 
-attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+static attn_status add_backward_check(const attn_view *dy, const attn_view *dx,
+                                      const attn_view *db) {
     ATTN_TRY(k_check_float(dy, 0));
     attn_view dbb;
     if (dx) {
@@ -175,11 +186,17 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
         ATTN_TRY(k_check_out(dx, 1, (const attn_view *[]){dy}, 0));
     if (db)
         ATTN_TRY(k_check_out(db, 2, (const attn_view *[]){dy, dx}, 0));
+    return ATTN_OK;
+}
+
+attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_TRY(add_backward_check(dy, dx, db));
     attn__add_backward_run(dy, dx, db);
     return ATTN_OK;
 }
 
 void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_ASSERT(add_backward_check(dy, dx, db) == ATTN_OK);
     if (attn_view_numel(dy) == 0)
         return;
     if (dx) { /* dx := dx + dy */

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* What the layers share: the scratch planner, slab binding, and each layer's trusted body. */
+#ifndef ATTN_LAYERS_INTERNAL_H
+#define ATTN_LAYERS_INTERNAL_H
+
+#include "kernels/sdpa_internal.h"
+
+/*
+ * ---- The planner (src/layers/plan.c) --------------------------------------
+ * A layer call is a body run twice over one attn__plan: first counting (no
+ * data touched: scratch sizes summed, every nested workspace need taken, the
+ * sdpa plans made, which validates the options, masks and kv_len), then, once
+ * the whole call has been validated and the workspace acquired, running (the
+ * same body, now calling the trusted run functions, which cannot fail). The
+ * size query and the carving therefore never disagree, and a call that is
+ * refused has written nothing.
+ */
+#define ATTN__PLAN_SDPA 4 /* sdpa plans one body may make (decoder: self + cross) */
+
+typedef struct attn__plan {
+    bool   counting;
+    char  *base;
+    size_t size, used;
+    size_t inner; /* largest workspace a nested run needs */
+    attn__sdpa_plan sdpa[ATTN__PLAN_SDPA];
+    int    nsdpa, next_sdpa; /* made while counting; handed out in order while running */
+} attn__plan;
+
+/* A layer body over its own argument struct. */
+typedef attn_status (*attn__layer_body)(const void *args, attn__plan *pl);
+
+/* The counting pass alone: the call's workspace in *bytes (a status, never "0 = invalid"). */
+ATTN_HIDDEN attn_status attn__layer_need(attn__layer_body body, const void *args,
+                                         size_t *bytes);
+/*
+ * A whole layer call after its views were checked: count (the remaining
+ * validation), the aliasing of every output against every input and every
+ * other output, the workspace (acquired or checked, and not overlapping any
+ * view), then run.
+ */
+ATTN_HIDDEN attn_status attn__layer_exec(attn__layer_body body, const void *args,
+                                         const attn_view *const *outs, int nout,
+                                         const attn_view *const *ins, int nin, void *work,
+                                         size_t work_size);
+
+static inline bool attn__plan_running(const attn__plan *pl) { return !pl->counting; }
+
+/*
+ * A fresh row-major scratch view (zeroed when asked, while running). While
+ * counting, each gets its own never-dereferenced address above user space, so
+ * that no two scratch operands look like the same memory.
+ */
+ATTN_HIDDEN attn_view attn__plan_scratch(attn__plan *pl, attn_dtype dt, int ndim,
+                                         const int64_t *shape, bool zero);
+
+/* A nested run's workspace: its need while counting, the region after the scratch while running. */
+ATTN_HIDDEN void attn__plan_inner(attn__plan *pl, size_t need);
+ATTN_HIDDEN void *attn__plan_inner_base(const attn__plan *pl);
+ATTN_HIDDEN size_t attn__plan_inner_size(const attn__plan *pl);
+
+/* The sdpa plan of one attention in the body: made (validated) while counting, replayed while running. */
+ATTN_HIDDEN attn_status attn__plan_sdpa(attn__plan *pl, const attn_view *q, const attn_view *k,
+                                        const attn_view *v, const attn_sdpa_opts *opts,
+                                        bool want_weights, const attn__sdpa_plan **out);
+
+/* y = x W (+ b) and its backward inside a body (need while counting, run while running). */
+ATTN_HIDDEN attn_status attn__plan_linear(attn__plan *pl, const attn_view *x,
+                                          const attn_view *w, const attn_view *b, attn_view *y);
+ATTN_HIDDEN attn_status attn__plan_linear_backward(attn__plan *pl, const attn_view *x,
+                                                   const attn_view *w, const attn_view *dy,
+                                                   attn_view *dx, attn_view *dw, attn_view *db);
+
+/* (B, T, H*D) as heads (B, H, T, D), a view. */
+ATTN_HIDDEN attn_view attn__heads(const attn_view *x, int64_t D);
+
+/* ---- Slabs: parameters and caches carved from one caller buffer ---------- */
+
+/* A tensor's bytes in a slab (64-byte aligned); ERANGE-free for resolved configs. */
+ATTN_HIDDEN size_t attn__tensor_bytes(attn_dtype dt, int nd, const int64_t *shape);
+/* Bytes of n tensors of up to 3 dims (ATTN_ERANGE on overflow). */
+ATTN_HIDDEN attn_status attn__slab_need(attn_dtype dt, int n, int64_t shp[][3], const int *nd,
+                                        size_t *bytes);
+/*
+ * Bind n tensors in order from a slab. The slab rule is one for parameters and
+ * caches: NULL or not 64-byte aligned is ATTN_EINVAL, too small ATTN_EWORKSPACE.
+ */
+ATTN_HIDDEN attn_status attn__slab_bind(attn_dtype dt, int n, int64_t shp[][3], const int *nd,
+                                        void *slab, size_t slab_size, attn_view *out);
+/* Views of the given shapes over a dummy address, for the public size queries. */
+ATTN_HIDDEN void attn__shape_views(attn_dtype dt, int n, int64_t shp[][3], const int *nd,
+                                   attn_view *out);
+
+/* One such view of any rank. */
+ATTN_HIDDEN attn_status attn__shape_view(attn_dtype dt, int ndim, const int64_t *shape,
+                                         attn_view *out);
+
+/* x's shape with the last dim replaced by n. */
+static inline void attn__with_last(const attn_view *x, int64_t n, int64_t *shape) {
+    for (int k = 0; k < x->ndim; ++k)
+        shape[k] = x->shape[k];
+    shape[x->ndim - 1] = n;
+}
+
+/* An output-gradient view: optional; if present like's shape and dtype. */
+ATTN_HIDDEN attn_status attn__want_like(const attn_view *g, const attn_view *like);
+
+/* Append the trace's views (all 21 slots, NULL included) to l[n..]; return the new count. */
+ATTN_HIDDEN int attn__trace_views(const attn_trace *t, const attn_view **l, int n);
+
+/* ---- MHA (src/layers/mha.c) ------------------------------------------------ */
+
+/* Shapes of the activations of one MHA call, after validation. */
+typedef struct attn__mha_dims {
+    int64_t B, Tq, Tk, HD, KD;
+    const attn_view *xq, *xkv;
+} attn__mha_dims;
+
+/* The views of a parameter (or gradient) struct that cfg uses, appended to l[n..]. */
+ATTN_HIDDEN int attn__mha_views(const attn_mha_config *c, const attn_mha_params *p,
+                                const attn_view **l, int n);
+ATTN_HIDDEN attn_status attn__mha_check_params(const attn_mha_config *c,
+                                               const attn_mha_params *p);
+ATTN_HIDDEN void attn__mha_shape_params(const attn_mha_config *c, attn_mha_params *p);
+/* Self-attention dims of x (B, T, C). */
+ATTN_HIDDEN attn__mha_dims attn__mha_dims_self(const attn_mha_config *c, const attn_view *x);
+/* The trace views MHA fills (q, k, v, concat, scores, attention, read_values, lse). */
+ATTN_HIDDEN attn_status attn__mha_check_trace(const attn_mha_config *c,
+                                              const attn__mha_dims *d, const attn_trace *tr);
+/* The bodies: forward into out (B, Tq, C); backward accumulating dx_q, dx_kv, g. */
+ATTN_HIDDEN attn_status attn__mha_forward_body(const attn_mha_config *c,
+                                               const attn_mha_params *p,
+                                               const attn__mha_dims *d,
+                                               const attn_sdpa_opts *opts, attn_view *out,
+                                               const attn_trace *tr, attn__plan *pl);
+ATTN_HIDDEN attn_status attn__mha_backward_body(const attn_mha_config *c,
+                                                const attn_mha_params *p,
+                                                const attn__mha_dims *d,
+                                                const attn_sdpa_opts *opts,
+                                                const attn_trace *cache, const attn_view *dout,
+                                                attn_view *dx_q, attn_view *dx_kv,
+                                                attn_mha_params *g, attn__plan *pl);
+
+/* ---- FFN (src/layers/ffn.c) ------------------------------------------------ */
+
+ATTN_HIDDEN int attn__ffn_views(const attn_ffn_config *c, const attn_ffn_params *p,
+                                const attn_view **l, int n);
+ATTN_HIDDEN attn_status attn__ffn_check_params(const attn_ffn_config *c,
+                                               const attn_ffn_params *p);
+ATTN_HIDDEN void attn__ffn_shape_params(const attn_ffn_config *c, attn_ffn_params *p);
+/* The trace views the FFN fills (mlp_hidden_pre, mlp_hidden, mlp_output) for input x. */
+ATTN_HIDDEN attn_status attn__ffn_check_trace(const attn_ffn_config *c, const attn_view *x,
+                                              const attn_trace *tr);
+ATTN_HIDDEN attn_status attn__ffn_forward_body(const attn_ffn_config *c,
+                                               const attn_ffn_params *p, const attn_view *x,
+                                               attn_view *out, const attn_trace *tr,
+                                               attn__plan *pl);
+ATTN_HIDDEN attn_status attn__ffn_backward_body(const attn_ffn_config *c,
+                                                const attn_ffn_params *p, const attn_view *x,
+                                                const attn_trace *cache, const attn_view *dout,
+                                                attn_view *dx, attn_ffn_params *g,
+                                                attn__plan *pl);
+
+#endif
