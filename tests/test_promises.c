@@ -1087,7 +1087,7 @@ static void pr_try(pr_case *c, const pr_vals *base, int e, attn_status want, con
             continue;
         for (int64_t k = 0; k < got.n[i] && k < base->n[i]; ++k) {
             double g = got.v[i][k], b = base->v[i][k];
-            bool same = (isnan(g) && isnan(b)) || fabs(g - b) <= atol + rtol * fabs(b);
+            bool same = g == b || (isnan(g) && isnan(b)) || fabs(g - b) <= atol + rtol * fabs(b);
             if (!same) {
                 pr_fail(c, what, "view %d element %lld: %.17g, the unmutated call gave %.17g",
                         i, (long long)k, g, b);

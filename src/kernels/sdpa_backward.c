@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* attn_sdpa_backward: gradients of attention, probabilities recomputed from the saved lse. */
+#include <math.h>
 #include <string.h>
 
 #include "attn_config.h"
@@ -17,8 +18,25 @@ typedef struct bwd_ctx {
     const attn_view       *q, *k, *v, *out, *lse, *dout;
     attn_view             *dq, *dk, *dv;
     unsigned               want; /* which gradients were given */
-    size_t                 off_p, off_ds, off_gw, gws, per_thread;
+    size_t                 off_p, off_ds, off_gw, off_kap, gws, per_thread;
 } bwd_ctx;
+
+/*
+ * Rows whose saved lse has lost the precision the recomputed P needs
+ * (docs/numerics.md "Backward at large logits"): |lse| >= 2^6 in f32, 2^10 in
+ * f64, where one rounding of the lse moves every P of the row by more than
+ * ~2e-6 (f32) / 1e-13 (f64) relative. For those rows the backward sums
+ * exp(s - lse) over the visible keys once per query block (one more pass of
+ * S for that block only) and uses P = exp(s - lse - log(that sum)), in double:
+ * exact at any finite logit magnitude.
+ */
+#define LSE_EXACT_F32 64.0
+#define LSE_EXACT_F64 1024.0
+
+/* Per-thread cache of the corrections of the last query block seen. */
+typedef struct bwd_kap {
+    int64_t b, h, i0, valid;
+} bwd_kap;
 
 /* clang-format off */
 #define ATTN_TMPL_F32
@@ -88,7 +106,10 @@ static attn_status layout(bwd_ctx *c) {
     c->off_p = 0;
     c->off_ds = attn__align64(tilesz);
     c->off_gw = c->off_ds + attn__align64(tilesz);
-    if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->per_thread))
+    /* the lse corrections of one query block: a tag, bq doubles, bq flags */
+    size_t kap = sizeof(bwd_kap) + (size_t)p->bq * (sizeof(double) + 1);
+    if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->off_kap) ||
+        !attn__add_sz(c->off_kap, attn__align64(kap), &c->per_thread))
         return ATTN_ERANGE;
     return ATTN_OK;
 }
@@ -225,7 +246,9 @@ void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const
 #if ATTN_HAVE_OPENMP
             tid = omp_get_thread_num();
 #endif
-            run_task(&c, &s, pass, t, (char *)work + (size_t)tid * c.per_thread);
+            char *wsp = (char *)work + (size_t)tid * c.per_thread;
+            ((bwd_kap *)(wsp + c.off_kap))->valid = 0; /* the workspace is the caller's */
+            run_task(&c, &s, pass, t, wsp);
         }
         attn__blas_serial_end(nt);
     }
