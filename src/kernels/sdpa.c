@@ -123,6 +123,7 @@ typedef struct fwd_ctx {
     const attn__sdpa_plan *p;
     const attn_view       *q, *k, *v, *out, *weights, *lse;
     size_t                 off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
+    attn__rows_f64         mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
 } fwd_ctx;
 
 /* clang-format off */
@@ -225,10 +226,11 @@ attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q, const 
     return fwd_layout(&c, &ntasks, &nt, bytes);
 }
 
-void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                    const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
-                    void *work, size_t work_size) {
-    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse};
+static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                     const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
+                     attn__rows_f64 mo, attn__rows_f64 lo, void *work, size_t work_size) {
+    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse,
+                 .mo = mo, .lo = lo};
     int64_t ntasks;
     int nt;
     size_t total;
@@ -238,7 +240,7 @@ void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vie
     (void)st;
     (void)work_size;
     /* nothing to write (Dv == 0, no lse, no weights): no loop over B*H*Tq rows (fuzz_sdpa) */
-    bool idle = p->Dv == 0 && !lse && (!weights || p->Tk == 0);
+    bool idle = p->Dv == 0 && !lse && !mo.base && (!weights || p->Tk == 0);
     if (ntasks == 0 || idle)
         return;
     int64_t nqb = (p->Tq + p->bq - 1) / p->bq;
@@ -260,6 +262,19 @@ void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vie
             fwd_task_f64(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
     }
     attn__blas_serial_end(nt);
+}
+
+void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                    const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
+                    void *work, size_t work_size) {
+    sdpa_run(p, q, k, v, out, weights, lse, (attn__rows_f64){0}, (attn__rows_f64){0}, work,
+             work_size);
+}
+
+void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                       const attn_view *v, attn_view *out, attn__rows_f64 m, attn__rows_f64 l,
+                       void *work, size_t work_size) {
+    sdpa_run(p, q, k, v, out, NULL, NULL, m, l, work, work_size);
 }
 
 /* The public door: check -> size -> acquire workspace -> run. */

@@ -19,19 +19,9 @@ typedef struct bwd_ctx {
     attn_view             *dq, *dk, *dv;
     unsigned               want; /* which gradients were given */
     size_t                 off_p, off_ds, off_gw, off_kap, gws, per_thread;
+    attn__rows_f64         kappa; /* given corrections (base NULL: computed per block) */
+    attn__rows_f64         sums;  /* attn__sdpa_lse_sums: where the row sums go */
 } bwd_ctx;
-
-/*
- * Rows whose saved lse has lost the precision the recomputed P needs
- * (docs/numerics.md "Backward at large logits"): |lse| >= 2^6 in f32, 2^10 in
- * f64, where one rounding of the lse moves every P of the row by more than
- * ~2e-6 (f32) / 1e-13 (f64) relative. For those rows the backward sums
- * exp(s - lse) over the visible keys once per query block (one more pass of
- * S for that block only) and uses P = exp(s - lse - log(that sum)), in double:
- * exact at any finite logit magnitude.
- */
-#define LSE_EXACT_F32 64.0
-#define LSE_EXACT_F64 1024.0
 
 /* Per-thread cache of the corrections of the last query block seen. */
 typedef struct bwd_kap {
@@ -218,12 +208,12 @@ attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *
     return workspace(&c, &s, bytes);
 }
 
-void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                             const attn_view *v, const attn_view *out, const attn_view *lse,
-                             const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
-                             void *work, size_t work_size) {
+static void backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                         const attn_view *v, const attn_view *out, const attn_view *lse,
+                         const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
+                         attn__rows_f64 kappa, void *work, size_t work_size) {
     bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout,
-                 .dq = dq, .dk = dk, .dv = dv,
+                 .dq = dq, .dk = dk, .dv = dv, .kappa = kappa,
                  .want = (dq ? WANT_DQ : 0) | (dk ? WANT_DK : 0) | (dv ? WANT_DV : 0)};
     attn_status st = layout(&c);
     ATTN_ASSERT(st == ATTN_OK &&
@@ -252,6 +242,40 @@ void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const
         }
         attn__blas_serial_end(nt);
     }
+}
+
+void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                             const attn_view *v, const attn_view *out, const attn_view *lse,
+                             const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
+                             void *work, size_t work_size) {
+    backward_run(p, q, k, v, out, lse, dout, dq, dk, dv, (attn__rows_f64){0}, work, work_size);
+}
+
+void attn__sdpa_backward_run_kappa(const attn__sdpa_plan *p, const attn_view *q,
+                                   const attn_view *k, const attn_view *v, const attn_view *out,
+                                   const attn_view *lse, const attn_view *dout, attn_view *dq,
+                                   attn_view *dk, attn_view *dv, attn__rows_f64 kappa,
+                                   void *work, size_t work_size) {
+    backward_run(p, q, k, v, out, lse, dout, dq, dk, dv, kappa, work, work_size);
+}
+
+void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                         const attn_view *v, const attn_view *lse, attn__rows_f64 sums, void *work,
+                         size_t work_size) {
+    bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .lse = lse, .sums = sums};
+    attn_status st = layout(&c);
+    ATTN_ASSERT(st == ATTN_OK && c.per_thread <= work_size);
+    (void)st;
+    (void)work_size;
+    int64_t nqb = p->Tq > 0 ? (p->Tq + p->bq - 1) / p->bq : 0;
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->H; ++h)
+            for (int64_t qb = 0; qb < nqb; ++qb) {
+                if (p->dt == ATTN_F32)
+                    bwd_sums_task_f32(&c, b, h, qb * p->bq, work);
+                else
+                    bwd_sums_task_f64(&c, b, h, qb * p->bq, work);
+            }
 }
 
 size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,

@@ -127,6 +127,11 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
         if (c->lse)
             *(T *)attn__at3(c->lse, b, h, i0 + r) =
                 live ? (T)((double)m[r] + log((double)l[r])) : (T)ATTN__SDPA_LSE_EMPTY;
+        if (c->mo.base) { /* the exact statistics, for merging (ring attention) */
+            int64_t at = b * c->mo.s0 + h * c->mo.s1 + i0 + r;
+            c->mo.base[at] = live ? (double)m[r] : -INFINITY;
+            c->lo.base[b * c->lo.s0 + h * c->lo.s1 + i0 + r] = live ? (double)l[r] : 0.0;
+        }
         if (c->weights) { /* materialized: s holds exp(S - m) for keys [0, khi) */
             T *wrow = (T *)attn__at4(c->weights, b, h, i0 + r, 0);
             int64_t sw = c->weights->stride[3];

@@ -17,27 +17,14 @@
  * (flag[r]); cached per thread for the next tile of the same block. S tiles are
  * computed into P (free until the caller's own S).
  */
-static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                           char *wsp, const double **kap_out, const unsigned char **flag_out) {
+/*
+ * For the flagged rows of query block (b, h, i0): sum[r] += sum over the visible keys
+ * of exp(s_rj - lse_r), S tiles computed into the P buffer (free until the caller's own
+ * S). exp(s - lse) <= 1 since lse >= max s.
+ */
+static void SFX(bwd_row_sums)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                              char *wsp, const unsigned char *flag, double *sum, int64_t stride) {
     const attn__sdpa_plan *p = c->p;
-    bwd_kap *tag = (bwd_kap *)(wsp + c->off_kap);
-    double *kap = (double *)(tag + 1);
-    unsigned char *flag = (unsigned char *)(kap + p->bq);
-    *kap_out = kap;
-    *flag_out = flag;
-    if (tag->valid && tag->b == b && tag->h == h && tag->i0 == i0)
-        return;
-    const double lim_abs = T_IS_F32 ? LSE_EXACT_F32 : LSE_EXACT_F64;
-    bool any = false;
-    for (int64_t r = 0; r < rows; ++r) {
-        double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r);
-        flag[r] = fabs(L) >= lim_abs && isfinite(L);
-        kap[r] = 0;
-        any = any || flag[r];
-    }
-    tag->b = b, tag->h = h, tag->i0 = i0, tag->valid = 1;
-    if (!any)
-        return;
     T *S = (T *)(wsp + c->off_p);
     void *gw = c->gws ? wsp + c->off_gw : NULL;
     int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1), lds = p->bk;
@@ -51,15 +38,52 @@ static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, i
                 continue;
             int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
             lim = lim < 0 ? 0 : lim > cols ? cols : lim;
-            double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r), sum = 0;
+            double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r), acc = 0;
             for (int64_t j = 0; j < lim; ++j) {
                 double sv = (double)S[r * lds + j];
-                if (sv != -INFINITY) /* exp(s - L) <= 1: lse >= max s */
-                    sum += exp(sv - L);
+                if (sv != -INFINITY)
+                    acc += exp(sv - L);
             }
-            kap[r] += sum; /* the sum first, its log below */
+            sum[r * stride] += acc;
         }
     }
+}
+
+/*
+ * The lse corrections of query block (b, h, i0): kap[r] = log sum_j exp(s_rj - lse_r)
+ * over the visible keys, for the rows whose lse is inexact (flag[r]); cached per
+ * thread for the next tile of the same block. Given corrections (ring attention)
+ * are read instead.
+ */
+static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                           char *wsp, const double **kap_out, const unsigned char **flag_out) {
+    const attn__sdpa_plan *p = c->p;
+    bwd_kap *tag = (bwd_kap *)(wsp + c->off_kap);
+    double *kap = (double *)(tag + 1);
+    unsigned char *flag = (unsigned char *)(kap + p->bq);
+    *kap_out = kap;
+    *flag_out = flag;
+    if (tag->valid && tag->b == b && tag->h == h && tag->i0 == i0)
+        return;
+    tag->b = b, tag->h = h, tag->i0 = i0, tag->valid = 1;
+    if (c->kappa.base) {
+        const double *g = c->kappa.base + b * c->kappa.s0 + h * c->kappa.s1 + i0;
+        for (int64_t r = 0; r < rows; ++r) {
+            kap[r] = g[r];
+            flag[r] = g[r] != 0;
+        }
+        return;
+    }
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r) {
+        double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r);
+        flag[r] = attn__sdpa_lse_inexact(p->dt, L);
+        kap[r] = 0;
+        any = any || flag[r];
+    }
+    if (!any)
+        return;
+    SFX(bwd_row_sums)(c, b, h, i0, rows, wsp, flag, kap, 1);
     for (int64_t r = 0; r < rows; ++r)
         if (flag[r]) {
             if (kap[r] > 0 || kap[r] != kap[r])
@@ -67,6 +91,22 @@ static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, i
             else
                 flag[r] = 0, kap[r] = 0; /* no visible key: every P is 0 anyway */
         }
+}
+
+/* attn__sdpa_lse_sums for query block (b, h, i0). */
+static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, char *wsp) {
+    const attn__sdpa_plan *p = c->p;
+    int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
+    unsigned char *flag = (unsigned char *)((double *)((bwd_kap *)(wsp + c->off_kap) + 1) + p->bq);
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r) {
+        double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r);
+        flag[r] = attn__sdpa_lse_inexact(p->dt, L);
+        any = any || flag[r];
+    }
+    if (any)
+        SFX(bwd_row_sums)(c, b, h, i0, rows, wsp, flag,
+                          c->sums.base + b * c->sums.s0 + h * c->sums.s1 + i0, 1);
 }
 
 /* True when every element of the (rows, cols) block of a 2-D view is finite. */
