@@ -38,13 +38,11 @@ static void SFX(bwd_row_sums)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0
                 continue;
             int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
             lim = lim < 0 ? 0 : lim > cols ? cols : lim;
-            double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r), acc = 0;
-            for (int64_t j = 0; j < lim; ++j) {
-                double sv = (double)S[r * lds + j];
-                if (sv != -INFINITY)
-                    acc += exp(sv - L);
-            }
-            sum[r * stride] += acc;
+            /* s - lse is exact in T (nearby values); its exp <= 1 (lse >= max s) */
+            T L = *(const T *)attn__at3(c->lse, b, h, i0 + r), *x = S + r * lds;
+            for (int64_t j = 0; j < lim; ++j)
+                x[j] -= L;
+            sum[r * stride] += (double)T_VEXP_SUM(x, lim, 0);
         }
     }
 }
@@ -188,13 +186,13 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         lim = lim < 0 ? 0 : lim > cols ? cols : lim;
         T lse = *(const T *)attn__at3(c->lse, b, h, i0 + r);
         T *pr = P + r * lds;
-        if (flag[r]) /* exact at any magnitude: s - lse in double, minus the correction */
+        if (flag[r]) { /* exact at any magnitude: s - lse (exact in T), minus the correction */
             for (int64_t j = 0; j < lim; ++j)
-                pr[j] = pr[j] == (T)-INFINITY
-                            ? 0
-                            : (T)exp((double)pr[j] - (double)lse - kap[r]);
-        else
+                pr[j] -= lse;
+            T_VEXP_SUM(pr, lim, (T)kap[r]);
+        } else {
             T_VEXP_SUM(pr, lim, lse); /* masked (-inf) entries give exactly 0 */
+        }
         memset(pr + lim, 0, (size_t)(cols - lim) * sizeof(T));
     }
     attn_view pv = attn__sdpa_buf(p->dt, P, rows, cols, lds);
