@@ -597,6 +597,28 @@ START_TEST(ring_workspace) {
             attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, give);
         assert_status_all(s, ATTN_EWORKSPACE, "one byte short on the last rank");
         assert_all(snap_same(&so), "out untouched");
+        /* misaligned on the last rank: ATTN_EINVAL everywhere, nothing written */
+        char *wm = malloc(need + 8);
+        so = snap_take(&p.ol.v);
+        s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
+                           rank == nranks - 1 ? wm + 4 : wm, need);
+        assert_status_all(s, ATTN_EINVAL, "workspace misaligned on the last rank");
+        assert_all(snap_same(&so), "out untouched (misaligned)");
+        free(wm);
+        /* the workspace over this rank's k on the last rank: ATTN_EALIAS, nothing written */
+        size_t kb = (size_t)tu_numel(&p.kl.v) * attn_dtype_size(dt);
+        so = snap_take(&p.ol.v);
+        if (rank == nranks - 1 && kb > 0) {
+            const void *lo, *hi;
+            attn_view_span(&p.kl.v, &lo, &hi);
+            s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
+                               (void *)lo, need);
+        } else {
+            s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, need);
+        }
+        assert_status_all(s, kb > 0 || rank != nranks - 1 ? ATTN_EALIAS : ATTN_OK,
+                          "workspace over k on the last rank");
+        assert_all(snap_same(&so), "out untouched (workspace over k)");
         s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, need);
         assert_status_all(s, ATTN_OK, "exact workspace");
         /* the same result as with the convenience allocation */

@@ -287,6 +287,29 @@ static attn_status layout_work(ring_ctx *c) {
     return ATTN_OK;
 }
 
+/* True when the caller's workspace [work, work + n) overlaps any argument of the call. */
+static bool work_overlaps(const void *work, size_t n, const attn_view *q, const attn_view *k,
+                          const attn_view *v, const ring_io *io) {
+    const attn_view *all[12] = {q, k, v};
+    int m = 3;
+    if (io) {
+        const attn_view *x[9] = {io->out, io->lse, io->fout, io->flse, io->dout,
+                                 io->dq,  io->dk,  io->dv,   NULL};
+        for (int i = 0; i < 8; ++i)
+            all[m++] = x[i];
+    }
+    uintptr_t wl = (uintptr_t)work, wh = wl + n;
+    for (int i = 0; i < m; ++i) {
+        if (!all[i])
+            continue;
+        const void *lo, *hi;
+        attn_view_span(all[i], &lo, &hi);
+        if (lo != hi && n > 0 && (uintptr_t)lo < wh && wl < (uintptr_t)hi)
+            return true;
+    }
+    return false;
+}
+
 /* Agree on one status: the largest code any rank reports. */
 static attn_status agree(MPI_Comm comm, attn_status s) {
     int in = (int)s, out;
@@ -352,6 +375,10 @@ static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn
             *work = *owned;
         } else if (work_size < c->total || *work == NULL) {
             s = ATTN_EWORKSPACE;
+        } else if (c->total > 0 && (uintptr_t)*work % 8 != 0) {
+            s = ATTN_EINVAL; /* the workspace alignment rule (docs/reliability.md) */
+        } else if (work_overlaps(*work, c->total, q, k, v, io)) {
+            s = ATTN_EALIAS;
         }
     }
     s = agree(c->comm, s);
