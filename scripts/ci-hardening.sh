@@ -68,7 +68,9 @@ for step in $steps; do
       n=${f#tests/test_}; n=${n%.c}
       if echo "$listed" | grep -qx "$n"; then suites="$suites $n"; fi
     done
-    CK_FORK=no meson test -C build-hard-vg --print-errorlogs --num-processes "$jobs" \
+    # ATTN_PROMISES_LIGHT: the promise harness in one dtype (f64) under memcheck; ASan
+    # runs it whole, and exhaustively.
+    ATTN_PROMISES_LIGHT=1 CK_FORK=no meson test -C build-hard-vg --print-errorlogs --num-processes "$jobs" \
       --timeout-multiplier 4 \
       --wrapper "valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$root/tests/valgrind.supp" \
       $suites

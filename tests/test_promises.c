@@ -36,6 +36,7 @@ static unsigned char pr_wmask[PR_ARENA];
 static size_t pr_lo_used, pr_hi_used;
 static uint64_t pr_seed;
 static bool pr_full; /* ATTN_PROMISES_FULL=1 */
+static int pr_light; /* ATTN_PROMISES_LIGHT=1: f64 only (valgrind runs it, 50x slower) */
 
 #define PR_MAXV 64
 enum { K_IN = 0, K_OUT = 1, K_ACC = 2 }; /* input, output, accumulating output */
@@ -1413,7 +1414,7 @@ static int pr_first_case(void) {
         pr_nfail = 0;                                                                          \
         int first = pr_first_case();                                                           \
         for (int w = (lo); w < (hi); ++w)                                                      \
-            for (int d = 0; d < 2; ++d)                                                        \
+            for (int d = pr_light; d < 2; ++d)                                                 \
                 if (w >= first)                                                                \
                     pr_run(w, d ? ATTN_F64 : ATTN_F32, parts);                                 \
         ck_assert_msg(pr_nfail == 0, "%d broken promises (the first %d on stderr)", pr_nfail,  \
@@ -2177,6 +2178,8 @@ int main(void) {
     const char *full = getenv("ATTN_PROMISES_FULL");
     pr_full = full && *full && strcmp(full, "0") != 0;
     pr_trace_calls = getenv("ATTN_PROMISES_TRACE") != NULL;
+    const char *light = getenv("ATTN_PROMISES_LIGHT");
+    pr_light = light && *light && strcmp(light, "0") != 0;
     Suite *s = suite_create("promises");
     TCase *tc = tcase_create("harness_kernels");
     tcase_set_timeout(tc, pr_full ? 3000 : 300);
