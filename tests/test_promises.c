@@ -8,8 +8,8 @@
  * numbers. ATTN_PROMISES_FULL=1 runs the exhaustive version (CI).
  */
 #include <float.h>
-#include <stdarg.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stddef.h>
 
 #include "ref/ref.h"
@@ -48,16 +48,16 @@ struct pr_case {
     int nv;
     attn_view v[PR_MAXV];
     unsigned char kind[PR_MAXV];
-    uint64_t byptr;          /* bit i: view i is passed by pointer (a NULL can be passed) */
-    uint64_t optional;       /* bit i: view i may be NULL (the call is then another call) */
-    uint64_t nullv;          /* bit i: pass view i as NULL in this call */
-    int same_as[PR_MAXV];    /* j + 1: pass &v[j] where view i goes (the same object) */
+    uint64_t byptr;            /* bit i: view i is passed by pointer (a NULL can be passed) */
+    uint64_t optional;         /* bit i: view i may be NULL (the call is then another call) */
+    uint64_t nullv;            /* bit i: pass view i as NULL in this call */
+    int same_as[PR_MAXV];      /* j + 1: pass &v[j] where view i goes (the same object) */
     uint64_t same_ok[PR_MAXV]; /* bit a of same_ok[o]: output o may BE input a (in place) */
-    int nptr;                /* other pointer arguments (configs, params, opts, trace) */
-    uint64_t ptr_optional;   /* bit k: pointer argument k may be NULL */
-    int nul_ptr;             /* pointer argument passed as NULL, -1 none */
+    int nptr;                  /* other pointer arguments (configs, params, opts, trace) */
+    uint64_t ptr_optional;     /* bit k: pointer argument k may be NULL */
+    int nul_ptr;               /* pointer argument passed as NULL, -1 none */
     attn_status (*call)(pr_case *);
-    size_t (*query)(pr_case *); /* workspace query, NULL: no workspace argument */
+    size_t (*query)(pr_case *);              /* workspace query, NULL: no workspace argument */
     void (*ref)(pr_case *, attn_view *want); /* reference for the baseline, or NULL */
     void *work;
     size_t work_size;
@@ -78,28 +78,58 @@ struct pr_case {
     int p0, g0, x_i, xkv_i, dout_i, dx_i, dxkv_i, out_i;
 };
 
-#define V(i)    (&c->v[i])
+#define V(i) (&c->v[i])
 #define PV(i)                                                                                  \
-    ((i) < 0 || (c->nullv >> (i) & 1) ? NULL : &c->v[c->same_as[i] ? c->same_as[i] - 1 : (i)])
-#define PTR(k, e) (c->nul_ptr == (k) ? NULL : (e))
-#define SH(...) ((const int64_t[]){__VA_ARGS__})
+    ((i) < 0 || (c->nullv >> (i)&1) ? NULL : &c->v[c->same_as[i] ? c->same_as[i] - 1 : (i)])
+#define PTR(k, e)   (c->nul_ptr == (k) ? NULL : (e))
+#define SH(...)     ((const int64_t[]){__VA_ARGS__})
 #define PR_OK(call) ck_assert_int_eq((call), ATTN_OK)
 
 /* attn_trace fields in declaration order, as an array of member offsets. */
-static const size_t pr_tr_off[21] = {
-    offsetof(attn_trace, ln1),         offsetof(attn_trace, q),
-    offsetof(attn_trace, k),           offsetof(attn_trace, v),
-    offsetof(attn_trace, scores),      offsetof(attn_trace, attention),
-    offsetof(attn_trace, read_values), offsetof(attn_trace, concat),
-    offsetof(attn_trace, projected_attention), offsetof(attn_trace, residual1),
-    offsetof(attn_trace, ln2),         offsetof(attn_trace, mlp_hidden_pre),
-    offsetof(attn_trace, mlp_hidden),  offsetof(attn_trace, mlp_output),
-    offsetof(attn_trace, output),      offsetof(attn_trace, lse),
-    offsetof(attn_trace, ln1_mean),    offsetof(attn_trace, ln1_rstd),
-    offsetof(attn_trace, ln2_mean),    offsetof(attn_trace, ln2_rstd),
-    offsetof(attn_trace, residual2)};
-enum { TR_LN1, TR_Q, TR_K, TR_V, TR_SCORES, TR_ATTN, TR_RV, TR_CONCAT, TR_PROJ, TR_R1,
-       TR_LN2, TR_HPRE, TR_H, TR_MLPO, TR_OUT, TR_LSE, TR_M1, TR_S1, TR_M2, TR_S2, TR_R2 };
+static const size_t pr_tr_off[21] = {offsetof(attn_trace, ln1),
+                                     offsetof(attn_trace, q),
+                                     offsetof(attn_trace, k),
+                                     offsetof(attn_trace, v),
+                                     offsetof(attn_trace, scores),
+                                     offsetof(attn_trace, attention),
+                                     offsetof(attn_trace, read_values),
+                                     offsetof(attn_trace, concat),
+                                     offsetof(attn_trace, projected_attention),
+                                     offsetof(attn_trace, residual1),
+                                     offsetof(attn_trace, ln2),
+                                     offsetof(attn_trace, mlp_hidden_pre),
+                                     offsetof(attn_trace, mlp_hidden),
+                                     offsetof(attn_trace, mlp_output),
+                                     offsetof(attn_trace, output),
+                                     offsetof(attn_trace, lse),
+                                     offsetof(attn_trace, ln1_mean),
+                                     offsetof(attn_trace, ln1_rstd),
+                                     offsetof(attn_trace, ln2_mean),
+                                     offsetof(attn_trace, ln2_rstd),
+                                     offsetof(attn_trace, residual2)};
+enum {
+    TR_LN1,
+    TR_Q,
+    TR_K,
+    TR_V,
+    TR_SCORES,
+    TR_ATTN,
+    TR_RV,
+    TR_CONCAT,
+    TR_PROJ,
+    TR_R1,
+    TR_LN2,
+    TR_HPRE,
+    TR_H,
+    TR_MLPO,
+    TR_OUT,
+    TR_LSE,
+    TR_M1,
+    TR_S1,
+    TR_M2,
+    TR_S2,
+    TR_R2
+};
 
 static attn_trace pr_trace(pr_case *c) {
     attn_trace t;
@@ -206,8 +236,12 @@ static attn_status call_layernorm_bwd(pr_case *c) {
 static void ref_layernorm_bwd_c(pr_case *c, attn_view *w) {
     ref_layernorm_backward(c->eps, V(0), V(1), V(4), &w[5], &w[6], &w[7]);
 }
-static attn_status call_act(pr_case *c) { return attn_activation((attn_act)c->act, PV(0), PV(1)); }
-static void ref_act_c(pr_case *c, attn_view *w) { ref_activation((attn_act)c->act, V(0), &w[1]); }
+static attn_status call_act(pr_case *c) {
+    return attn_activation((attn_act)c->act, PV(0), PV(1));
+}
+static void ref_act_c(pr_case *c, attn_view *w) {
+    ref_activation((attn_act)c->act, V(0), &w[1]);
+}
 static attn_status call_act_bwd(pr_case *c) {
     return attn_activation_backward((attn_act)c->act, PV(0), PV(1), PV(2));
 }
@@ -238,7 +272,9 @@ static attn_status call_sdpa(pr_case *c) {
     attn_sdpa_opts *o = pr_opts(c);
     return attn_sdpa(PV(0), PV(1), PV(2), o, PV(5), c->work, c->work_size);
 }
-static size_t q_sdpa(pr_case *c) { return attn_sdpa_workspace_size(V(0), V(1), V(2), pr_opts(c)); }
+static size_t q_sdpa(pr_case *c) {
+    return attn_sdpa_workspace_size(V(0), V(1), V(2), pr_opts(c));
+}
 static void ref_sdpa_c(pr_case *c, attn_view *w) {
     ref_sdpa(V(0), V(1), V(2), pr_opts(c), &w[5], c->weights_i >= 0 ? &w[c->weights_i] : NULL,
              &w[c->lse_i]);
@@ -357,10 +393,12 @@ static size_t q_ffn(pr_case *c) {
 static attn_status call_ffn_bwd(pr_case *c) {
     attn_ffn_params p = pr_ffn_params(c, c->p0), g = pr_ffn_params(c, c->g0);
     attn_trace t = pr_trace(c);
-    return attn_ffn_backward(PTR(1, &c->ffn), PTR(2, &p), PV(c->x_i), PTR(3, &t),
-                             PV(c->dout_i), PV(c->dx_i), PTR(4, &g), c->work, c->work_size);
+    return attn_ffn_backward(PTR(1, &c->ffn), PTR(2, &p), PV(c->x_i), PTR(3, &t), PV(c->dout_i),
+                             PV(c->dx_i), PTR(4, &g), c->work, c->work_size);
 }
-static size_t q_ffn_bwd(pr_case *c) { return attn_ffn_backward_workspace_size(&c->ffn, V(c->x_i)); }
+static size_t q_ffn_bwd(pr_case *c) {
+    return attn_ffn_backward_workspace_size(&c->ffn, V(c->x_i));
+}
 static attn_status call_enc(pr_case *c) {
     attn_encoder_params p = pr_enc_params(c, c->p0);
     attn_trace t = pr_trace(c);
@@ -408,12 +446,24 @@ static void pr_ref_mha(pr_case *c, const attn_mha_config *cfg, int p0, const dou
     double *w[8];
     for (int i = 0; i < 8; ++i)
         w[i] = pr_dense(V(p0 + i));
-    ref_l_mha_args a = {.B = B, .Tq = Tq, .Tk = Tk, .C = cfg->d_model,
-                        .Ckv = cfg->d_kv ? cfg->d_kv : cfg->d_model, .H = cfg->heads,
+    ref_l_mha_args a = {.B = B,
+                        .Tq = Tq,
+                        .Tk = Tk,
+                        .C = cfg->d_model,
+                        .Ckv = cfg->d_kv ? cfg->d_kv : cfg->d_model,
+                        .H = cfg->heads,
                         .Hkv = cfg->kv_heads ? cfg->kv_heads : cfg->heads,
                         .D = cfg->d_head ? cfg->d_head : cfg->d_model / cfg->heads,
-                        .xq = xq, .xkv = xkv, .wq = w[0], .wk = w[1], .wv = w[2], .wo = w[3],
-                        .bq = w[4], .bk = w[5], .bv = w[6], .bo = w[7],
+                        .xq = xq,
+                        .xkv = xkv,
+                        .wq = w[0],
+                        .wk = w[1],
+                        .wv = w[2],
+                        .wo = w[3],
+                        .bq = w[4],
+                        .bk = w[5],
+                        .bv = w[6],
+                        .bo = w[7],
                         .kv_len = c->use_kv ? c->kv_len : NULL};
     ref_l_mha(&a, y, NULL);
     for (int i = 0; i < 8; ++i)
@@ -556,7 +606,8 @@ static void pr_fill_cache_mha(pr_case *c) {
     void *o = malloc(n);
     attn_view out = *V(c->dout_i);
     out.data = o;
-    PR_OK(attn_mha_forward(&c->mha, &p, V(c->x_i), PV(c->xkv_i), pr_opts(c), &out, &t, NULL, 0));
+    PR_OK(
+        attn_mha_forward(&c->mha, &p, V(c->x_i), PV(c->xkv_i), pr_opts(c), &out, &t, NULL, 0));
     free(o);
 }
 static void pr_fill_cache_ffn(pr_case *c) {
@@ -630,7 +681,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         c->same_ok[1] = 1;
         return true;
     case 4:
-        c->name = "attn_softmax_backward", c->call = call_softmax_bwd, c->ref = ref_softmax_bwd_c;
+        c->name = "attn_softmax_backward", c->call = call_softmax_bwd,
+        c->ref = ref_softmax_bwd_c;
         pr_in(c, 2, SH(3, 5));
         pr_uniform_rows(V(0));
         pr_in(c, 2, SH(3, 5));
@@ -760,7 +812,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         return true;
     case 20:
     case 21: {
-        c->name = which == 20 ? "attn_sdpa_backward (materialized)" : "attn_sdpa_backward (tiled)";
+        c->name =
+            which == 20 ? "attn_sdpa_backward (materialized)" : "attn_sdpa_backward (tiled)";
         c->call = call_sdpa_bwd, c->query = q_sdpa_bwd, c->ref = ref_sdpa_bwd_c;
         c->has_opts = true;
         c->opts.algo = which == 20 ? ATTN_ALGO_MATERIALIZED : ATTN_ALGO_TILED;
@@ -841,7 +894,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         pr_ptrs(c, 0, 2);
         return true;
     case 31:
-        c->name = "attn_posenc_sinusoidal", c->call = call_sinusoidal, c->ref = ref_sinusoidal_c;
+        c->name = "attn_posenc_sinusoidal", c->call = call_sinusoidal,
+        c->ref = ref_sinusoidal_c;
         pr_out(c, 2, SH(5, 4));
         pr_ptrs(c, 0, 1);
         return true;
@@ -856,7 +910,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         c->name = mat ? "attn_mha_forward (scores, attention)" : "attn_mha_forward";
         c->call = call_mha, c->query = q_mha, c->ref = ref_mha_c, c->has_opts = true;
         c->nptr = 4, c->ptr_optional = 1 | 8;
-        c->mha = (attn_mha_config){.dtype = dt, .d_model = C, .heads = 2, .d_kv = 3, .bias = true};
+        c->mha =
+            (attn_mha_config){.dtype = dt, .d_model = C, .heads = 2, .d_kv = 3, .bias = true};
         c->x_i = pr_in(c, 3, SH(B, T, C));
         c->xkv_i = pr_in(c, 3, SH(B, 5, 3));
         pr_ptrs(c, 0, 2);
@@ -876,7 +931,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         c->call = call_mha_bwd, c->query = q_mha_bwd, c->has_opts = true;
         c->nptr = 5, c->ptr_optional = 1 | 16;
         int64_t ckv = cross ? 3 : C, tk = cross ? 5 : T;
-        c->mha = (attn_mha_config){.dtype = dt, .d_model = C, .heads = 2, .d_kv = ckv, .bias = true};
+        c->mha =
+            (attn_mha_config){.dtype = dt, .d_model = C, .heads = 2, .d_kv = ckv, .bias = true};
         c->x_i = pr_in(c, 3, SH(B, T, C));
         pr_ptrs(c, c->x_i, c->x_i + 1);
         if (cross) {
@@ -904,8 +960,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
     case 37:
         c->name = "attn_ffn_forward", c->call = call_ffn, c->query = q_ffn, c->ref = ref_ffn_c;
         c->nptr = 4, c->ptr_optional = 1 | 8; /* slot 0 (opts) unused */
-        c->ffn = (attn_ffn_config){.dtype = dt, .d_model = C, .d_ff = F, .bias = true,
-                                   .act = ATTN_ACT_GELU_ERF};
+        c->ffn = (attn_ffn_config){
+            .dtype = dt, .d_model = C, .d_ff = F, .bias = true, .act = ATTN_ACT_GELU_ERF};
         c->x_i = pr_in(c, 3, SH(B, T, C));
         c->p0 = c->nv;
         pr_ffn_param_views(c, K_IN, C, F);
@@ -918,8 +974,8 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
     case 38:
         c->name = "attn_ffn_backward", c->call = call_ffn_bwd, c->query = q_ffn_bwd;
         c->nptr = 5, c->ptr_optional = 1 | 16; /* slot 0 (opts) unused */
-        c->ffn = (attn_ffn_config){.dtype = dt, .d_model = C, .d_ff = F, .bias = true,
-                                   .act = ATTN_ACT_GELU_ERF};
+        c->ffn = (attn_ffn_config){
+            .dtype = dt, .d_model = C, .d_ff = F, .bias = true, .act = ATTN_ACT_GELU_ERF};
         c->x_i = pr_in(c, 3, SH(B, T, C));
         pr_ptrs(c, c->x_i, c->x_i + 1);
         c->p0 = c->nv;
@@ -940,10 +996,11 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         c->name = post ? "attn_encoder_forward (post-norm)" : "attn_encoder_forward (pre-norm)";
         c->call = call_enc, c->query = q_enc, c->ref = ref_enc_c, c->has_opts = true;
         c->nptr = 4, c->ptr_optional = 1 | 8;
-        c->enc = (attn_encoder_config){
-            .mha = {.dtype = dt, .d_model = C, .heads = 2, .bias = true},
-            .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .bias = true},
-            .norm = post ? ATTN_POST_NORM : ATTN_PRE_NORM, .ln_affine = true};
+        c->enc =
+            (attn_encoder_config){.mha = {.dtype = dt, .d_model = C, .heads = 2, .bias = true},
+                                  .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .bias = true},
+                                  .norm = post ? ATTN_POST_NORM : ATTN_PRE_NORM,
+                                  .ln_affine = true};
         c->x_i = pr_in(c, 3, SH(B, T, C));
         c->p0 = c->nv;
         pr_enc_param_views(c, K_IN, C, F);
@@ -957,13 +1014,15 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
     case 41:
     case 42: { /* encoder backward, pre- and post-norm, every gradient */
         bool post = which == 42;
-        c->name = post ? "attn_encoder_backward (post-norm)" : "attn_encoder_backward (pre-norm)";
+        c->name =
+            post ? "attn_encoder_backward (post-norm)" : "attn_encoder_backward (pre-norm)";
         c->call = call_enc_bwd, c->query = q_enc_bwd, c->has_opts = true;
         c->nptr = 5, c->ptr_optional = 1 | 16;
-        c->enc = (attn_encoder_config){
-            .mha = {.dtype = dt, .d_model = C, .heads = 2, .bias = true},
-            .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .bias = true},
-            .norm = post ? ATTN_POST_NORM : ATTN_PRE_NORM, .ln_affine = true};
+        c->enc =
+            (attn_encoder_config){.mha = {.dtype = dt, .d_model = C, .heads = 2, .bias = true},
+                                  .ffn = {.dtype = dt, .d_model = C, .d_ff = F, .bias = true},
+                                  .norm = post ? ATTN_POST_NORM : ATTN_PRE_NORM,
+                                  .ln_affine = true};
         c->x_i = pr_in(c, 3, SH(B, T, C));
         pr_ptrs(c, c->x_i, c->x_i + 1);
         c->p0 = c->nv;
@@ -1071,8 +1130,9 @@ static void pr_try(pr_case *c, const pr_vals *base, int e, attn_status want, con
     unsigned char *w = c->work;
     if (w >= pr_mem && w < pr_mem + PR_ARENA)
         memset(pr_wmask + (w - pr_mem), 1,
-               c->work_size < (size_t)(pr_mem + PR_ARENA - w) ? c->work_size
-                                                              : (size_t)(pr_mem + PR_ARENA - w));
+               c->work_size < (size_t)(pr_mem + PR_ARENA - w)
+                   ? c->work_size
+                   : (size_t)(pr_mem + PR_ARENA - w));
     for (size_t b = 0; b < PR_ARENA; ++b)
         if (!pr_wmask[b] && pr_mem[b] != pr_snap[b]) {
             pr_fail(c, what, "wrote byte %zu, outside every output and the workspace", b);
@@ -1088,7 +1148,8 @@ static void pr_try(pr_case *c, const pr_vals *base, int e, attn_status want, con
             continue;
         for (int64_t k = 0; k < got.n[i] && k < base->n[i]; ++k) {
             double g = got.v[i][k], b = base->v[i][k];
-            bool same = g == b || (isnan(g) && isnan(b)) || fabs(g - b) <= atol + rtol * fabs(b);
+            bool same =
+                g == b || (isnan(g) && isnan(b)) || fabs(g - b) <= atol + rtol * fabs(b);
             if (!same) {
                 pr_fail(c, what, "view %d element %lld: %.17g, the unmutated call gave %.17g",
                         i, (long long)k, g, b);
@@ -1174,9 +1235,9 @@ static bool pr_shape_free(const pr_case *c, int i) {
     if (!strncmp(n, "attn_init", 9) || !strcmp(n, "attn_posenc_sinusoidal") ||
         !strncmp(n, "attn_rope", 9))
         return true;
-    return i == 0 && (!strcmp(n, "attn_diag_entropy") ||
-                      !strcmp(n, "attn_diag_softmax_jacobian_fro") ||
-                      !strcmp(n, "attn_diag_softmax_jacobian_spectral"));
+    return i == 0 &&
+           (!strcmp(n, "attn_diag_entropy") || !strcmp(n, "attn_diag_softmax_jacobian_fro") ||
+            !strcmp(n, "attn_diag_softmax_jacobian_spectral"));
 }
 
 enum { PART_ARGS = 1, PART_ALIAS = 2, PART_WORK = 4 };
@@ -1218,7 +1279,9 @@ static void pr_run(int which, attn_dtype dt, int parts) {
         for (int m = 0; m < 3; ++m) {
             pr_build(which, dt, c);
             attn_view *v = &c->v[i];
-            attn_dtype to = m == 0 ? (u8 ? dt : dt == ATTN_F32 ? ATTN_F64 : ATTN_F32)
+            attn_dtype to = m == 0   ? (u8               ? dt
+                                        : dt == ATTN_F32 ? ATTN_F64
+                                                         : ATTN_F32)
                             : m == 1 ? (u8 ? (dt == ATTN_F32 ? ATTN_F64 : ATTN_F32) : ATTN_U8)
                                      : (attn_dtype)0;
             v->dtype = to;
@@ -1285,20 +1348,40 @@ static void pr_run(int which, attn_dtype dt, int parts) {
         for (int m = 0; m < 10; ++m) {
             pr_build(which, dt, c);
             attn_sdpa_opts *o = &c->opts;
-            const char *desc[] = {"threads -1", "block_q -1", "block_k -1", "scale NaN",
-                                  "scale +inf", "scale -inf", "causal 7", "algo 9",
+            const char *desc[] = {"threads -1",    "block_q -1", "block_k -1", "scale NaN",
+                                  "scale +inf",    "scale -inf", "causal 7",   "algo 9",
                                   "kv_len Tk + 1", "kv_len -1"};
             switch (m) {
-            case 0: o->threads = -1; break;
-            case 1: o->block_q = -1; break;
-            case 2: o->block_k = -1; break;
-            case 3: o->scale = NAN; break;
-            case 4: o->scale = INFINITY; break;
-            case 5: o->scale = -INFINITY; break;
-            case 6: o->causal = (attn_causal)7; break;
-            case 7: o->algo = (attn_algo)9; break;
-            case 8: c->kv_len[0] += 1; break;
-            default: c->kv_len[1] = -1; break;
+            case 0:
+                o->threads = -1;
+                break;
+            case 1:
+                o->block_q = -1;
+                break;
+            case 2:
+                o->block_k = -1;
+                break;
+            case 3:
+                o->scale = NAN;
+                break;
+            case 4:
+                o->scale = INFINITY;
+                break;
+            case 5:
+                o->scale = -INFINITY;
+                break;
+            case 6:
+                o->causal = (attn_causal)7;
+                break;
+            case 7:
+                o->algo = (attn_algo)9;
+                break;
+            case 8:
+                c->kv_len[0] += 1;
+                break;
+            default:
+                c->kv_len[1] = -1;
+                break;
             }
             snprintf(what, sizeof what, "opts %s", desc[m]);
             pr_try(c, &base, E_REFUSE, ATTN_EINVAL, what);
@@ -1448,9 +1531,10 @@ PR_GROUP(pr_encoder, 39, 43)
         pr_case c0_, *c = &c0_;                                                                \
         pr_build((which), (dt), c);
 #define RG_END(e, st, what)                                                                    \
-        pr_try(c, &base_, (e), (st), (what));                                                  \
-        pr_free(&base_);                                                                       \
-    } while (0)
+    pr_try(c, &base_, (e), (st), (what));                                                      \
+    pr_free(&base_);                                                                           \
+    }                                                                                          \
+    while (0)
 #define RG_CHECK() ck_assert_msg(pr_nfail == 0, "%d broken promises (stderr)", pr_nfail)
 
 /*
@@ -1528,17 +1612,20 @@ START_TEST(rg_layers_trace_same_object) {
             RG_END(E_REFUSE, ATTN_EALIAS, "MHA trace views the same object");
         }
         pr_build(39, dt, &b);
-        int enc[][2] = {{b.out_i, b.tr_idx[TR_OUT]},        {b.tr_idx[TR_OUT], b.out_i},
-                        {b.tr_idx[TR_Q], b.tr_idx[TR_K]},   {b.tr_idx[TR_K], b.tr_idx[TR_V]},
-                        {b.tr_idx[TR_Q], b.tr_idx[TR_CONCAT]}, {b.tr_idx[TR_LN2], b.out_i},
-                        {b.tr_idx[TR_MLPO], b.out_i},       {b.tr_idx[TR_R1], b.tr_idx[TR_LN1]}};
+        int enc[][2] = {
+            {b.out_i, b.tr_idx[TR_OUT]},           {b.tr_idx[TR_OUT], b.out_i},
+            {b.tr_idx[TR_Q], b.tr_idx[TR_K]},      {b.tr_idx[TR_K], b.tr_idx[TR_V]},
+            {b.tr_idx[TR_Q], b.tr_idx[TR_CONCAT]}, {b.tr_idx[TR_LN2], b.out_i},
+            {b.tr_idx[TR_MLPO], b.out_i},          {b.tr_idx[TR_R1], b.tr_idx[TR_LN1]}};
         for (int n = 0; n < 8; ++n) {
             RG_BEGIN(39, dt);
             c->same_as[enc[n][0]] = enc[n][1] + 1;
-            RG_END(E_REFUSE, ATTN_EALIAS, "encoder trace view the same object as another output");
+            RG_END(E_REFUSE, ATTN_EALIAS,
+                   "encoder trace view the same object as another output");
         }
         pr_build(37, dt, &b);
-        int ffn[][2] = {{b.tr_idx[TR_MLPO], b.out_i}, {b.out_i, b.tr_idx[TR_MLPO]},
+        int ffn[][2] = {{b.tr_idx[TR_MLPO], b.out_i},
+                        {b.out_i, b.tr_idx[TR_MLPO]},
                         {b.tr_idx[TR_H], b.tr_idx[TR_HPRE]}};
         for (int n = 0; n < 3; ++n) {
             RG_BEGIN(37, dt);
@@ -1563,7 +1650,8 @@ static void rg_enc_init(rg_enc *e, attn_dtype dt, attn_norm_order norm, int64_t 
     memset(e, 0, sizeof *e);
     e->cfg = (attn_encoder_config){.mha = {.dtype = dt, .d_model = 8, .heads = 2, .bias = true},
                                    .ffn = {.dtype = dt, .d_model = 8, .d_ff = 64, .bias = true},
-                                   .norm = norm, .ln_affine = true};
+                                   .norm = norm,
+                                   .ln_affine = true};
     e->n = attn_encoder_params_size(&e->cfg);
     e->slab = aligned_alloc(64, e->n);
     e->gslab = aligned_alloc(64, e->n);
@@ -1614,8 +1702,8 @@ START_TEST(rg_encoder_backward_strided_weight) {
                     attn_status st = attn_encoder_backward(&e.cfg, pass ? &ps : &e.p, &x, NULL,
                                                            &e.cache, &out, &dx, &e.g, NULL, 0);
                     ck_assert_msg(st == ATTN_OK, "%s-norm, %s strided, %s: %s",
-                                  norm ? "post" : "pre", which ? "w2" : "w1",
-                                  d ? "f64" : "f32", attn_status_name(st));
+                                  norm ? "post" : "pre", which ? "w2" : "w1", d ? "f64" : "f32",
+                                  attn_status_name(st));
                     gr[pass] = malloc(e.n);
                     memcpy(gr[pass], e.gslab, e.n);
                 }
@@ -1666,7 +1754,8 @@ START_TEST(rg_linear_backward_empty) {
         ck_assert_int_eq(attn_linear_backward(&x, &w, &dy, &dx, &dw, &db, NULL, 0), ATTN_OK);
         ck_assert(memcmp(dw0, dwm, sizeof dw0) == 0 && memcmp(db0, dbm, sizeof db0) == 0);
     }
-    /* 2^40 leading rows, none with an element: no loop over 2^40 empty products (fuzz_backward) */
+    /* 2^40 leading rows, none with an element: no loop over 2^40 empty products (fuzz_backward)
+     */
     for (int d = 0; d < 2; ++d) {
         attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
         double wm[20], dwm[20];
@@ -1806,8 +1895,12 @@ static void rg_extreme_case(attn_dtype dt, double offset, double step, int algo,
     if (step == 0)
         memset(qm, 0, sizeof qm);
     memset(dqm, 0, sizeof dqm), memset(dkm, 0, sizeof dkm), memset(dvm, 0, sizeof dvm);
-    attn_sdpa_opts o = {.scale = 0.5, .bias = &bias, .lse = &lse, .algo = (attn_algo)algo,
-                        .block_k = bk, .threads = 1};
+    attn_sdpa_opts o = {.scale = 0.5,
+                        .bias = &bias,
+                        .lse = &lse,
+                        .algo = (attn_algo)algo,
+                        .block_k = bk,
+                        .threads = 1};
     PR_OK(attn_sdpa(&q, &k, &v, &o, &out, NULL, 0));
     o.lse = NULL;
     PR_OK(attn_sdpa_backward(&q, &k, &v, &o, &out, &lse, &dout, &dq, &dk, &dv, NULL, 0));
@@ -1944,8 +2037,12 @@ static void nr_run(attn_dtype dt, int kind, int algo, int64_t bq, int64_t bk, in
     tu_fill(&bias, &seed, 0.5), tu_fill(&dout, &seed, 1.0);
     memset(keep, 1, sizeof keep);
     int64_t kv_len[1] = {T};
-    attn_sdpa_opts o = {.bias = &bias, .keep = &M, .algo = (attn_algo)algo, .block_q = bq,
-                        .block_k = bk, .threads = threads};
+    attn_sdpa_opts o = {.bias = &bias,
+                        .keep = &M,
+                        .algo = (attn_algo)algo,
+                        .block_q = bq,
+                        .block_k = bk,
+                        .threads = threads};
     switch (kind) {
     case 0:
         o.causal = ATTN_CAUSAL_TOP_LEFT;
@@ -1985,7 +2082,8 @@ static void nr_run(attn_dtype dt, int kind, int algo, int64_t bq, int64_t bk, in
         break;
     }
     char what[128];
-    snprintf(what, sizeof what, "%s NaN rule kind %d, algo %d, block_q %lld, block_k %lld, %d threads",
+    snprintf(what, sizeof what,
+             "%s NaN rule kind %d, algo %d, block_q %lld, block_k %lld, %d threads",
              dt == ATTN_F64 ? "f64" : "f32", kind, algo, (long long)bq, (long long)bk, threads);
     ref_sdpa(&q, &k, &v, &o, &wo, NULL, &wl);
     o.lse = &lse;
@@ -1995,9 +2093,8 @@ static void nr_run(attn_dtype dt, int kind, int algo, int64_t bq, int64_t bk, in
     tu_check_close(&lse, &wl, rtol, atol, what);
     o.lse = NULL;
     memset(dqm, 0, sizeof dqm), memset(dkm, 0, sizeof dkm), memset(dvm, 0, sizeof dvm);
-    ck_assert_int_eq(attn_sdpa_backward(&q, &k, &v, &o, &out, &lse, &dout, &dq, &dk, &dv,
-                                        NULL, 0),
-                     ATTN_OK);
+    ck_assert_int_eq(
+        attn_sdpa_backward(&q, &k, &v, &o, &out, &lse, &dout, &dq, &dk, &dv, NULL, 0), ATTN_OK);
     ref_sdpa_backward(&q, &k, &v, &o, &dout, &wq, &wk, &wv);
     tu_check_close(&dq, &wq, rtol, atol, what);
     tu_check_close(&dk, &wk, rtol, atol, what);
@@ -2085,8 +2182,8 @@ END_TEST
  */
 START_TEST(rg_workspace_misaligned) {
     pr_nfail = 0;
-    static const int cases[] = {43, 16, 17, 18, 19, 20, 21, 24, 25, 26,
-                                33, 35, 37, 38, 39, 41, 42};
+    static const int cases[] = {43, 16, 17, 18, 19, 20, 21, 24, 25,
+                                26, 33, 35, 37, 38, 39, 41, 42};
     static const size_t offs[] = {1, 4, 8, 12, 36};
     for (int d = 0; d < 2; ++d)
         for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n)
@@ -2124,7 +2221,9 @@ START_TEST(rg_check_order) {
     ck_assert_int_eq(attn_gemm(0, 0, 1, &Abig, &B, 0, &Cbig, NULL, 0), ATTN_ERANGE);
     /* the same with C before, inside and after A's memory: the status does not move */
     for (int where = 0; where < 3; ++where) {
-        Cbig.data = where == 0 ? (void *)mem : where == 1 ? (void *)(mem + 2) : (void *)(mem + 3000);
+        Cbig.data = where == 0   ? (void *)mem
+                    : where == 1 ? (void *)(mem + 2)
+                                 : (void *)(mem + 3000);
         ck_assert_int_eq(attn_gemm(0, 0, 1, &Abig, &B, 0, &Cbig, NULL, 0), ATTN_ERANGE);
     }
     /* dtype + alias: EDTYPE; shape + alias: ESHAPE; alias + short workspace: EALIAS */

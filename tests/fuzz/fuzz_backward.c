@@ -99,7 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         shape_of(&f, nd, dims, sh, &off);
         if (!fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[0]))
             return 0;
-        if ((opt & 1) && (shape_of(&f, 1, &C, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[1])))
+        if ((opt & 1) &&
+            (shape_of(&f, 1, &C, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[1])))
             return 0;
         for (int i = 2; i < 4; ++i) {
             shape_of(&f, lnd, lead, sh, &off);
@@ -111,11 +112,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             return 0;
         in[nin++] = &v[0], in[nin++] = (opt & 1) ? &v[1] : NULL, in[nin++] = &v[2],
         in[nin++] = &v[3], in[nin++] = &v[4];
-        if ((opt & 2) && (shape_of(&f, nd, dims, sh, &off), !fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[5])))
+        if ((opt & 2) &&
+            (shape_of(&f, nd, dims, sh, &off), !fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[5])))
             return 0;
-        if ((opt & 4) && (shape_of(&f, 1, &C, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[6])))
+        if ((opt & 4) &&
+            (shape_of(&f, 1, &C, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[6])))
             return 0;
-        if ((opt & 8) && (shape_of(&f, 1, &C, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[7])))
+        if ((opt & 8) &&
+            (shape_of(&f, 1, &C, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[7])))
             return 0;
         out[nout++] = (opt & 2) ? &v[5] : NULL;
         out[nout++] = (opt & 4) ? &v[6] : NULL;
@@ -138,11 +142,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[2]))
             return 0;
         in[nin++] = &v[0], in[nin++] = &v[1], in[nin++] = &v[2];
-        if ((opt & 1) && (shape_of(&f, nd, dims, sh, &off), !fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[3])))
+        if ((opt & 1) &&
+            (shape_of(&f, nd, dims, sh, &off), !fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[3])))
             return 0;
-        if ((opt & 2) && (shape_of(&f, 2, wsh, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 2, sh, &v[4])))
+        if ((opt & 2) &&
+            (shape_of(&f, 2, wsh, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 2, sh, &v[4])))
             return 0;
-        if ((opt & 4) && (shape_of(&f, 1, &out_w, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[5])))
+        if ((opt & 4) &&
+            (shape_of(&f, 1, &out_w, sh, &off), !fz_view(&f, fz_dtype(&f, dt), 1, sh, &v[5])))
             return 0;
         out[nout++] = (opt & 1) ? &v[3] : NULL;
         out[nout++] = (opt & 2) ? &v[4] : NULL;
@@ -160,13 +167,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     default: { /* add backward: dy | dx?, db? (db broadcasts to dy: trailing dims, some 1) */
         if (!fz_view(&f, fz_dtype(&f, dt), nd, dims, &v[0])) /* dy sets the shapes */
             return 0;
-        if ((opt & 1) && (shape_of(&f, nd, dims, sh, &off), !fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[1])))
+        if ((opt & 1) &&
+            (shape_of(&f, nd, dims, sh, &off), !fz_view(&f, fz_dtype(&f, dt), nd, sh, &v[1])))
             return 0;
         int bnd = 1 + (int)fz_below(&f, (uint32_t)nd);
         int64_t bsh[4];
         for (int k = 0; k < bnd; ++k)
             bsh[k] = fz_bool(&f) ? 1 : dims[nd - bnd + k];
-        if ((opt & 2) && !fz_view(&f, fz_dtype(&f, dt), bnd, bsh, &v[2])) /* 0 -> 1 would still broadcast */
+        if ((opt & 2) &&
+            !fz_view(&f, fz_dtype(&f, dt), bnd, bsh, &v[2])) /* 0 -> 1 would still broadcast */
             return 0;
         in[nin++] = &v[0];
         out[nout++] = (opt & 1) ? &v[1] : NULL;
@@ -213,16 +222,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* dims beyond INT_MAX must fail unless there is nothing to write (then either) */
     bool nothing = true;
     for (int i = 0; i < nout; ++i)
-        nothing = nothing && (!out[i] || attn_view_check(out[i]) != ATTN_OK ||
-                             fz_numel(out[i]) == 0);
+        nothing =
+            nothing && (!out[i] || attn_view_check(out[i]) != ATTN_OK || fz_numel(out[i]) == 0);
     bool big_any = big;
     if (big && nothing)
         big = false;
     if (ok && !big && cost > 65536)
         return 0;
-    size_t need = kind == 2 ? attn_linear_backward_workspace_size(in[0], in[1], in[2], out[0],
-                                                                  out[1])
-                            : 0;
+    size_t need = kind == 2
+                      ? attn_linear_backward_workspace_size(in[0], in[1], in[2], out[0], out[1])
+                      : 0;
     fz_work w;
     if (!fz_work_get(&f, need, &w))
         return 0;
@@ -305,15 +314,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_arm(args, na);
     attn_status st;
     switch (kind) {
-    case 0: st = attn_softmax_backward(in[0], in[1], out[0]); break;
+    case 0:
+        st = attn_softmax_backward(in[0], in[1], out[0]);
+        break;
     case 1:
         st = attn_layernorm_backward(in[0], in[1], in[2], in[3], in[4], out[0], out[1], out[2]);
         break;
     case 2:
         st = attn_linear_backward(in[0], in[1], in[2], out[0], out[1], out[2], w.ptr, w.size);
         break;
-    case 3: st = attn_activation_backward(act, in[0], in[1], out[0]); break;
-    default: st = attn_add_backward(in[0], out[0], out[1]); break;
+    case 3:
+        st = attn_activation_backward(act, in[0], in[1], out[0]);
+        break;
+    default:
+        st = attn_add_backward(in[0], out[0], out[1]);
+        break;
     }
     fz_disarm();
     static const char *names[] = {"attn_softmax_backward", "attn_layernorm_backward",

@@ -61,8 +61,10 @@ static bool mha_decode(fz *f, const attn_mha_config *c, attn_mha_params *p) {
                          param(f, 1, 0, KD, &p->bv) && param(f, 1, 0, c->d_model, &p->bo)));
 }
 static bool ffn_decode(fz *f, const attn_ffn_config *c, attn_ffn_params *p) {
-    return param(f, 2, c->d_model, c->d_ff, &p->w1) && param(f, 2, c->d_ff, c->d_model, &p->w2) &&
-           (!c->bias || (param(f, 1, 0, c->d_ff, &p->b1) && param(f, 1, 0, c->d_model, &p->b2)));
+    return param(f, 2, c->d_model, c->d_ff, &p->w1) &&
+           param(f, 2, c->d_ff, c->d_model, &p->w2) &&
+           (!c->bias ||
+            (param(f, 1, 0, c->d_ff, &p->b1) && param(f, 1, 0, c->d_model, &p->b2)));
 }
 
 /* sum(dout * forward(x)) on the current values (the views as they are, work NULL). */
@@ -129,13 +131,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     t.kind = (int)fz_below(&f, 4);
     int64_t C = 1 + fz_below(&f, 5), B = fz_below(&f, 3), T = fz_below(&f, 4);
     int64_t Tk = fz_below(&f, 4), H = 1 + fz_below(&f, 2);
-    t.mc = (attn_mha_config){.dtype = ATTN_F64, .d_model = C, .heads = H,
-                             .kv_heads = fz_bool(&f) ? 1 : H, .d_head = 1 + fz_below(&f, 3),
+    t.mc = (attn_mha_config){.dtype = ATTN_F64,
+                             .d_model = C,
+                             .heads = H,
+                             .kv_heads = fz_bool(&f) ? 1 : H,
+                             .d_head = 1 + fz_below(&f, 3),
                              .d_kv = t.kind == 1 ? 1 + fz_below(&f, 4) : 0,
                              .bias = fz_bool(&f)};
-    t.fc = (attn_ffn_config){.dtype = ATTN_F64, .d_model = C, .d_ff = fz_below(&f, 7),
-                             .act = (attn_act)fz_below(&f, 2), .bias = fz_bool(&f)}; /* no ReLU: its kink at 0 */
-    t.ec = (attn_encoder_config){.mha = t.mc, .ffn = t.fc, .eps = 1e-5,
+    t.fc = (attn_ffn_config){.dtype = ATTN_F64,
+                             .d_model = C,
+                             .d_ff = fz_below(&f, 7),
+                             .act = (attn_act)fz_below(&f, 2),
+                             .bias = fz_bool(&f)}; /* no ReLU: its kink at 0 */
+    t.ec = (attn_encoder_config){.mha = t.mc,
+                                 .ffn = t.fc,
+                                 .eps = 1e-5,
                                  .norm = (attn_norm_order)fz_below(&f, 2),
                                  .ln_affine = fz_bool(&f)};
     t.ec.mha.d_kv = 0;
@@ -219,15 +229,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int j = i + 1; j < ni; ++j)
             shared = shared || fz_overlap(ins[i], ins[j]);
     fz_work w;
-    size_t need =
-        t.kind <= 1 ? attn_mha_backward_workspace_size(&t.mc, &t.x, t.kind ? &t.xkv : NULL, &t.o)
-        : t.kind == 2 ? attn_ffn_backward_workspace_size(&t.fc, &t.x)
-                      : attn_encoder_backward_workspace_size(&t.ec, &t.x, &t.o);
+    size_t need = t.kind <= 1   ? attn_mha_backward_workspace_size(&t.mc, &t.x,
+                                                                 t.kind ? &t.xkv : NULL, &t.o)
+                  : t.kind == 2 ? attn_ffn_backward_workspace_size(&t.fc, &t.x)
+                                : attn_encoder_backward_workspace_size(&t.ec, &t.x, &t.o);
     if (!fz_work_get(&f, need, &w))
         return 0;
     fz_fill(&f, ATTN_F64);
     /* the cache, outside the arena, filled by the forward on the arena's values */
-    size_t cn = t.kind <= 1 ? attn_mha_cache_size(&t.mc, B, T, Tkv)
+    size_t cn = t.kind <= 1   ? attn_mha_cache_size(&t.mc, B, T, Tkv)
                 : t.kind == 2 ? (size_t)(2 * B * T * (t.fc.d_ff + 1) * 8 + 128)
                               : attn_encoder_cache_size(&t.ec, B, T);
     void *cslab = aligned_alloc(64, (cn + 63) / 64 * 64 + 64);
@@ -247,8 +257,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attn_view yv;
     attn_view_init(&yv, ATTN_F64, y, 3, xs);
     attn_status fst =
-        t.kind <= 1 ? attn_mha_forward(&t.mc, &t.mp, &t.x, t.kind ? &t.xkv : NULL, &t.o, &yv,
-                                       &cache, NULL, 0)
+        t.kind <= 1   ? attn_mha_forward(&t.mc, &t.mp, &t.x, t.kind ? &t.xkv : NULL, &t.o, &yv,
+                                         &cache, NULL, 0)
         : t.kind == 2 ? attn_ffn_forward(&t.fc, &t.fp, &t.x, &yv, &cache, NULL, 0)
                       : attn_encoder_forward(&t.ec, &t.ep, &t.x, &t.o, &yv, &cache, NULL, 0);
     free(y);
@@ -272,15 +282,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_arm(args, na);
     attn_status st =
         t.kind <= 1
-            ? attn_mha_backward(&t.mc, &t.mp, &t.x, t.kind ? &t.xkv : NULL, &t.o, &cache, &t.dout,
-                                t.has_dx ? &t.dx : NULL, t.has_dxkv ? &t.dxkv : NULL,
+            ? attn_mha_backward(&t.mc, &t.mp, &t.x, t.kind ? &t.xkv : NULL, &t.o, &cache,
+                                &t.dout, t.has_dx ? &t.dx : NULL, t.has_dxkv ? &t.dxkv : NULL,
                                 t.has_grads ? &t.mg : NULL, w.ptr, w.size)
-        : t.kind == 2 ? attn_ffn_backward(&t.fc, &t.fp, &t.x, &cache, &t.dout,
-                                          t.has_dx ? &t.dx : NULL, t.has_grads ? &t.fg : NULL,
-                                          w.ptr, w.size)
-                      : attn_encoder_backward(&t.ec, &t.ep, &t.x, &t.o, &cache, &t.dout,
-                                              t.has_dx ? &t.dx : NULL,
-                                              t.has_grads ? &t.eg : NULL, w.ptr, w.size);
+        : t.kind == 2
+            ? attn_ffn_backward(&t.fc, &t.fp, &t.x, &cache, &t.dout, t.has_dx ? &t.dx : NULL,
+                                t.has_grads ? &t.fg : NULL, w.ptr, w.size)
+            : attn_encoder_backward(&t.ec, &t.ep, &t.x, &t.o, &cache, &t.dout,
+                                    t.has_dx ? &t.dx : NULL, t.has_grads ? &t.eg : NULL, w.ptr,
+                                    w.size);
     fz_disarm();
     static const char *names[] = {"attn_mha_backward", "attn_mha_backward (cross)",
                                   "attn_ffn_backward", "attn_encoder_backward"};

@@ -213,8 +213,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (Hkv > 0) /* Hkv == 0 (so H == 0): nothing to compute */
             ref_sdpa(&q, &k, &v, &o, &wo, NULL, &wl);
         static const int others[] = {0, 1, 2, 6, 7}; /* q k v keep bias */
-        bool clash = fz_overlap(&out, &lse) || fz_overlap(&dout, &out) ||
-                     fz_overlap(&dout, &lse);
+        bool clash =
+            fz_overlap(&out, &lse) || fz_overlap(&dout, &out) || fz_overlap(&dout, &lse);
         for (int j = 0; j < 5; ++j) /* writing out or lse would change an input */
             clash = clash || (ins[others[j]] && (fz_overlap(&out, ins[others[j]]) ||
                                                  fz_overlap(&lse, ins[others[j]])));
@@ -245,7 +245,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(r[i]);
         }
     }
-    const attn_view *args[11] = {&q, &k, &v, &out, &lse, &dout, o.keep, o.bias, g[0], g[1], g[2]};
+    const attn_view *args[11] = {&q,     &k,     &v,   &out, &lse, &dout,
+                                 o.keep, o.bias, g[0], g[1], g[2]};
     fz_arm(args, 11);
     attn_status st =
         attn_sdpa_backward(&q, &k, &v, &o, &out, &lse, &dout, g[0], g[1], g[2], w.ptr, w.size);
@@ -255,9 +256,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if ((st == ATTN_OK && (!ok || big || alias)) ||
         (st != ATTN_OK && expect_ok && st != ATTN_ESTRIDE && !big_any &&
          !(st == ATTN_EWORKSPACE && w.short_by_one))) {
-        fprintf(stderr, "ok %d big %d alias %d nothing %d B %lld H %lld Hkv %lld Tq %lld Tk %lld "
-                "D %lld Dv %lld: %s\n", ok, big, alias, nothing, (long long)B, (long long)H,
-                (long long)Hkv, (long long)Tq, (long long)Tk, (long long)D, (long long)Dv,
+        fprintf(stderr,
+                "ok %d big %d alias %d nothing %d B %lld H %lld Hkv %lld Tq %lld Tk %lld "
+                "D %lld Dv %lld: %s\n",
+                ok, big, alias, nothing, (long long)B, (long long)H, (long long)Hkv,
+                (long long)Tq, (long long)Tk, (long long)D, (long long)Dv,
                 attn_status_name(st));
         for (int i = 0; i < 8; ++i)
             if (ins[i])
