@@ -17,7 +17,9 @@
  * (l = ATTN__SDPA_LSE_EMPTY) is skipped; the first real piece of a row is
  * copied exactly. NaN in l fails both tests and propagates.
  * Used by the decode kernel (src/kernels/sdpa_decode.c) across the splits of
- * a row's keys, and by ring attention (src/ring) across the ranks' blocks.
+ * a row's keys. Ring attention merges by the row max and sum in double instead
+ * (src/tmpl/ring.h): an lse in double still loses log l at |logits| ~ 1e17
+ * (docs/numerics.md "Backward at large logits").
  */
 ATTN_HIDDEN void attn__lse_merge_row_f32(float *o, int64_t so, double *run, const float *p,
                                          double l, int64_t Dv);

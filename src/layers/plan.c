@@ -51,7 +51,9 @@ void attn__plan_inner(attn__plan *pl, size_t need) {
         pl->inner = need;
 }
 void *attn__plan_inner_base(const attn__plan *pl) {
-    return pl->counting ? NULL : pl->base + attn__align64(pl->used);
+    /* integer arithmetic: base is NULL when the call needs no workspace (NULL + 0 is UB) */
+    return pl->counting ? NULL
+                        : (void *)((uintptr_t)pl->base + attn__align64(pl->used));
 }
 size_t attn__plan_inner_size(const attn__plan *pl) {
     return pl->counting ? 0 : pl->size - attn__align64(pl->used);
