@@ -2,14 +2,42 @@
 /* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
 #include <math.h>
 
+#include "attn_config.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
+
+#if ATTN_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
 #define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */
 #define K_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
 
-enum { GELU_CHUNK = 256 }; /* elements per vectorized-exp chunk (stack) */
+/*
+ * The row and elementwise kernels' parallel loop: tasks [0, ntasks) split in
+ * equal contiguous ranges among attn__threads(0, ntasks, flops) threads, so a
+ * small call never forks (its cost is one call of fn). `flops` is the work in
+ * flop-equivalents: K_ACT_FLOPS per GELU element, K_MEM_FLOPS per element of a
+ * memory-bound pass (an add reads and writes about 12 bytes for one flop).
+ */
+void attn__k_parallel(int64_t ntasks, double flops, void (*fn)(void *, int64_t, int64_t),
+                      void *ctx) {
+    int nt = attn__threads(0, ntasks, flops);
+    if (nt <= 1) {
+        fn(ctx, 0, ntasks);
+        return;
+    }
+#if ATTN_HAVE_OPENMP
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t id = omp_get_thread_num(), k = omp_get_num_threads();
+        fn(ctx, ntasks * id / k, ntasks * (id + 1) / k);
+    }
+#else
+    fn(ctx, 0, ntasks);
+#endif
+}
 
 /* Axes of a broadcast sum, with strides in the source (dy) and destination (db). */
 typedef struct k_axes {
@@ -69,6 +97,13 @@ static void k_sum_plan(k_sum *p, const attn_view *dy, const attn_view *dbb) {
 #include "tmpl/dtype_off.h"
 /* clang-format on */
 
+/* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
+static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_view *out) {
+    if (b->ndim > x->ndim)
+        return ATTN_ESHAPE;
+    return attn_view_broadcast(b, x->ndim, x->shape, out);
+}
+
 static bool act_ok(attn_act act) {
     return act == ATTN_ACT_GELU_TANH || act == ATTN_ACT_GELU_ERF || act == ATTN_ACT_RELU;
 }
@@ -85,14 +120,25 @@ attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
 }
 
 void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
+    attn__bias_act_run(act, x, NULL, NULL, y);
+}
+
+void attn__bias_act_run(attn_act act, const attn_view *x, const attn_view *b, attn_view *pre,
+                        attn_view *y) {
     if (attn_view_numel(x) == 0)
         return;
-    k_iter it;
-    k_iter_init(&it, 2, (const attn_view *[]){x, y}, true);
+    attn_view bb = *x;
+    if (b) {
+        attn_status st = broadcast_to(b, x, &bb);
+        ATTN_ASSERT(st == ATTN_OK);
+        (void)st;
+    }
+    k_iter it; /* rows only when there is a bias: its index is the last axis */
+    k_iter_init(&it, 4, (const attn_view *[]){x, &bb, pre ? pre : x, y}, b == NULL);
     if (x->dtype == ATTN_F32)
-        act_f32(act, &it, x, y);
+        act_f32(act, &it, x, b ? &bb : NULL, pre, y);
     else
-        act_f64(act, &it, x, y);
+        act_f64(act, &it, x, b ? &bb : NULL, pre, y);
 }
 
 attn_status attn_activation_backward(attn_act act, const attn_view *x, const attn_view *dy,
@@ -126,12 +172,6 @@ attn_status attn_relu(const attn_view *x, attn_view *y) {
     return activation(ATTN_ACT_RELU, x, y);
 }
 
-/* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
-static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_view *out) {
-    if (b->ndim > x->ndim)
-        return ATTN_ESHAPE;
-    return attn_view_broadcast(b, x->ndim, x->shape, out);
-}
 
 attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
     ATTN_TRY(k_check_float(x, 0));
