@@ -162,15 +162,17 @@ INLINE float gelu_tanh1(float x) {
     return x != x ? x : y;
 }
 
-/* sigma(2u) + 2 x u' sigma(2u) (1 - sigma(2u)), and sigma (1 - sigma) = s / (1 + s)^2. */
+/*
+ * sigma(2u) + 2 x u' sigma(2u) (1 - sigma(2u)), and sigma (1 - sigma) = s / (1 + s)^2;
+ * the terms in s are kept times 2^64 until their last product (subnormal results).
+ */
 INLINE float gelu_tanh_grad1(float x) {
     float u;
-    float s = tanh_s64(x, &u) * TWO_M64;
-    float d = 1.0f / (1.0f + s);
-    float sig = u >= 0.0f ? d : s * d;
+    float s64 = tanh_s64(x, &u);
+    float d = 1.0f / (1.0f + s64 * TWO_M64);
+    float sig = u >= 0.0f ? d : (s64 * d) * TWO_M64;
     float du = 0.79788456080286535588f * (1.0f + 3.0f * 0.044715f * x * x);
-    float ss = s * d * d;
-    float g = sig + 2.0f * x * du * ss;
+    float g = sig + (2.0f * x * du * (s64 * d * d)) * TWO_M64;
     /* |x| huge: x * x * x overflows, u = +-inf, s = 0: the limits 1 and 0 */
     g = fabsf(x) > 1e12f ? (x > 0.0f ? 1.0f : 0.0f) : g;
     return x != x ? x : g;
