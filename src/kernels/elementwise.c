@@ -152,14 +152,19 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
 
 void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_view *dy,
                                    attn_view *dx) {
+    attn__activation_grad_run(act, x, dy, dx, true);
+}
+
+void attn__activation_grad_run(attn_act act, const attn_view *x, const attn_view *dy,
+                               attn_view *dx, bool accumulate) {
     if (attn_view_numel(x) == 0)
         return;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx}, true);
     if (x->dtype == ATTN_F32)
-        act_bwd_f32(act, &it, x, dy, dx);
+        act_bwd_f32(act, &it, x, dy, dx, accumulate);
     else
-        act_bwd_f64(act, &it, x, dy, dx);
+        act_bwd_f64(act, &it, x, dy, dx, accumulate);
 }
 
 attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {

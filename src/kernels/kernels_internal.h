@@ -27,9 +27,13 @@ ATTN_HIDDEN void attn__activation_run(attn_act act, const attn_view *x, attn_vie
  */
 ATTN_HIDDEN void attn__bias_act_run(attn_act act, const attn_view *x, const attn_view *b,
                                     attn_view *pre, attn_view *y);
-/* dx = act'(x) dy. */
+/* dx += act'(x) dy. */
 ATTN_HIDDEN void attn__activation_backward_run(attn_act act, const attn_view *x,
                                                const attn_view *dy, attn_view *dx);
+/* The same, or dx = act'(x) dy when not accumulate (dx is then not read: no zeroing). */
+ATTN_HIDDEN void attn__activation_grad_run(attn_act act, const attn_view *x,
+                                           const attn_view *dy, attn_view *dx,
+                                           bool accumulate);
 /* attn_layernorm and its backward, arguments as validated by them. */
 ATTN_HIDDEN void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
                                      const attn_view *beta, attn_view *y, attn_view *mean,

@@ -164,12 +164,12 @@ ATTN_HIDDEN void attn__k_parallel(int64_t ntasks, double flops,
 /*
  * Vectorized f32 activations (src/kernels/vmath.c; AVX2/AVX-512 clones picked
  * at load time), contiguous arrays of n: y = GELU(x) for act GELU_ERF or
- * GELU_TANH (y may be x), and dx += GELU'(x) dy. Accuracy over all floats,
+ * GELU_TANH (y may be x), and dx += GELU'(x) dy (dx = GELU'(x) dy when not accumulate). Accuracy over all floats,
  * against the formula evaluated in double with libm and rounded, is measured
  * by tests/test_vmath.c and stated in docs/design.md.
  */
 ATTN_HIDDEN void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_t n);
 ATTN_HIDDEN void attn__vgelu_grad_f32(attn_act act, const float *x, const float *dy, float *dx,
-                                      int64_t n);
+                                      int64_t n, bool accumulate);
 
 #endif /* ATTN_TMPL_ROWS_H */

@@ -188,11 +188,18 @@ VMATH_CLONES void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_
 }
 
 VMATH_CLONES void attn__vgelu_grad_f32(attn_act act, const float *x, const float *dy, float *dx,
-                                       int64_t n) {
-    if (act == ATTN_ACT_GELU_ERF)
+                                       int64_t n, bool accumulate) {
+    bool erf = act == ATTN_ACT_GELU_ERF;
+    if (accumulate && erf)
         for (int64_t i = 0; i < n; ++i)
             dx[i] += gelu_erf_grad1(x[i]) * dy[i];
-    else
+    else if (accumulate)
         for (int64_t i = 0; i < n; ++i)
             dx[i] += gelu_tanh_grad1(x[i]) * dy[i];
+    else if (erf)
+        for (int64_t i = 0; i < n; ++i)
+            dx[i] = gelu_erf_grad1(x[i]) * dy[i];
+    else
+        for (int64_t i = 0; i < n; ++i)
+            dx[i] = gelu_tanh_grad1(x[i]) * dy[i];
 }

@@ -284,13 +284,13 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
     attn_view *db2 = g && c->ln_affine ? &g->ln2_b : NULL;
     attn_mha_params *gm = g ? &g->mha : NULL;
     attn_ffn_params *gf = g ? &g->ffn : NULL;
-    attn_view dr1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
+    attn_view dr1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
     attn_view dln = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
     attn__mha_dims d;
     if (c->norm == ATTN_PRE_NORM) {
-        /* out = r1 + FFN(LN2(r1)): dr1 = dout + LN2'(FFN'(dout)) */
+        /* out = r1 + FFN(LN2(r1)): dr1 = dout + LN2'(FFN'(dout)); dr1 := dout, one pass */
         if (run)
-            attn__add_backward_run(dout, &dr1, NULL);
+            attn__view_copy_run(dout, &dr1);
         ATTN_TRY(attn__ffn_backward_body(&c->ffn, &p->ffn, k->ln2, k, dout, &dln, gf, pl));
         if (run) {
             attn__layernorm_backward_run(k->residual1, g2, k->ln2_mean, k->ln2_rstd, &dln, &dr1,
@@ -307,6 +307,8 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
             attn__layernorm_backward_run(x, g1, k->ln1_mean, k->ln1_rstd, &dln1, dx, dg1, db1);
     } else {
         /* out = LN2(r2), r2 = ln1 + FFN(ln1), ln1 = LN1(r1), r1 = x + MHA(x) */
+        if (run)
+            memset(dr1.data, 0, (size_t)attn_view_numel(&dr1) * attn_dtype_size(x->dtype));
         attn_view dr2 = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
         if (run) {
             attn__layernorm_backward_run(k->residual2, g2, k->ln2_mean, k->ln2_rstd, dout, &dr2,
@@ -328,7 +330,10 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
 }
 
 /* The cache a backward reads: ln1, q, k, v, concat, lse, residual1, ln2 (pre) or
-   residual2 (post), mlp_hidden_pre, mlp_hidden, the LN statistics. */
+   residual2 (post), mlp_hidden_pre, mlp_hidden, the LN statistics. q, k and v are
+   three tensors: as column blocks of one, the span-based aliasing check of the
+   trace's outputs would see them overlap, so the training forward projects them
+   with three GEMMs (inference, which keeps no trace, with one). */
 static void cache_shapes(const attn_encoder_config *c, int64_t B, int64_t T,
                          int64_t shp[15][3], int *nd) {
     int64_t C = c->mha.d_model, HD = c->mha.heads * c->mha.d_head;

@@ -231,12 +231,13 @@ attn_status attn__ffn_backward_body(const attn_ffn_config *c, const attn_ffn_par
                                     attn__plan *pl) {
     int64_t sh[ATTN_MAX_DIMS];
     attn__with_last(x, c->d_ff, sh);
-    attn_view dh = attn__plan_scratch(pl, c->dtype, x->ndim, sh, true);
-    attn_view dpre = attn__plan_scratch(pl, c->dtype, x->ndim, sh, true);
-    ATTN_TRY(attn__plan_linear_backward(pl, cache->mlp_hidden, &p->w2, dout, &dh,
-                                        g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
+    /* dh := dout W2^T, then dpre := act'(pre) dh in place: written, never zeroed */
+    attn_view dh = attn__plan_scratch(pl, c->dtype, x->ndim, sh, false);
+    attn_view dpre = dh;
+    ATTN_TRY(attn__plan_linear_backward_set(pl, cache->mlp_hidden, &p->w2, dout, &dh,
+                                            g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
     if (attn__plan_running(pl))
-        attn__activation_backward_run(c->act, cache->mlp_hidden_pre, &dh, &dpre);
+        attn__activation_grad_run(c->act, cache->mlp_hidden_pre, &dh, &dpre, false);
     return attn__plan_linear_backward(pl, x, &p->w1, &dpre, dx, g ? &g->w1 : NULL,
                                       g && c->bias ? &g->b1 : NULL);
 }

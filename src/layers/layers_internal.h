@@ -83,6 +83,12 @@ ATTN_HIDDEN attn_status attn__plan_linear_backward(attn__plan *pl, const attn_vi
                                                    const attn_view *w, const attn_view *dy,
                                                    attn_view *dx, attn_view *dw, attn_view *db);
 
+/* The same, but dx := dy W^T is written, not accumulated (a scratch dx needs no zeroing). */
+ATTN_HIDDEN attn_status attn__plan_linear_backward_set(attn__plan *pl, const attn_view *x,
+                                                       const attn_view *w, const attn_view *dy,
+                                                       attn_view *dx, attn_view *dw,
+                                                       attn_view *db);
+
 /* (B, T, H*D) as heads (B, H, T, D), a view. */
 ATTN_HIDDEN attn_view attn__heads(const attn_view *x, int64_t D);
 

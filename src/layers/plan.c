@@ -124,6 +124,24 @@ attn_status attn__plan_linear_backward(attn__plan *pl, const attn_view *x, const
     return ATTN_OK;
 }
 
+attn_status attn__plan_linear_backward_set(attn__plan *pl, const attn_view *x,
+                                           const attn_view *w, const attn_view *dy,
+                                           attn_view *dx, attn_view *dw, attn_view *db) {
+    if (pl->counting) {
+        size_t need;
+        ATTN_TRY(attn__linear_backward_need(x, w, dy, dx, dw, &need));
+        attn__plan_inner(pl, need);
+        return ATTN_OK;
+    }
+    void *work = attn__plan_inner_base(pl);
+    size_t ws = attn__plan_inner_size(pl);
+    /* dx := dy W^T (beta 0: dx needs no zeroing), then dW, db accumulated as ever */
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, 1.0, dy, w, 0.0, dx, work, ws);
+    if (dw || db)
+        attn__linear_backward_run(x, w, dy, NULL, dw, db, work, ws);
+    return ATTN_OK;
+}
+
 attn_status attn__layer_need(attn__layer_body body, const void *args, size_t *bytes) {
     attn__plan cnt = {.counting = true};
     ATTN_TRY(body(args, &cnt));

@@ -55,6 +55,7 @@ typedef struct SFX(act_ctx) {
     T *pre, *y;
     const T *dy; /* backward: operands x, dy, dx (dx in y) */
     int64_t nchunk;
+    bool acc; /* backward: dx += (else dx =) */
 } SFX(act_ctx);
 
 static void SFX(act_map)(attn_act act, const T *v, T *y, int64_t n) {
@@ -107,7 +108,7 @@ static void SFX(act_tasks)(void *ctx, int64_t t0, int64_t t1) {
 static void SFX(act)(attn_act act, const k_iter *it, const attn_view *x, const attn_view *b,
                      attn_view *pre, attn_view *y) {
     SFX(act_ctx) c = {act, it, x->data, b ? b->data : NULL, pre ? pre->data : NULL, y->data,
-                      NULL, (it->n + K_CHUNK - 1) / K_CHUNK};
+                      NULL, (it->n + K_CHUNK - 1) / K_CHUNK, false};
     int64_t tasks = it->nrows * c.nchunk;
     attn__k_parallel(tasks, (double)it->nrows * (double)it->n * K_ACT_FLOPS,
                      SFX(act_tasks), &c);
@@ -128,29 +129,33 @@ static void SFX(act_bwd_tasks)(void *ctx, int64_t t0, int64_t t1) {
             if (s0 == 1 && s1 == 1 && s2 == 1) {
                 attn__vgelu_grad_f32(c->act, (const float *)(const void *)xr,
                                      (const float *)(const void *)dyr, (float *)(void *)dxr,
-                                     len);
+                                     len, c->acc);
                 continue;
             }
             for (int64_t i = 0; i < len; ++i) {
                 bx[i] = xr[i * s0];
                 bd[i] = dyr[i * s1];
-                bo[i] = dxr[i * s2];
+                bo[i] = c->acc ? dxr[i * s2] : (T)0;
             }
             attn__vgelu_grad_f32(c->act, (const float *)(const void *)bx,
-                                 (const float *)(const void *)bd, (float *)(void *)bo, len);
+                                 (const float *)(const void *)bd, (float *)(void *)bo, len, true);
             for (int64_t i = 0; i < len; ++i)
                 dxr[i * s2] = bo[i];
             continue;
         }
-        for (int64_t i = 0; i < len; ++i)
-            dxr[i * s2] += (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
+        if (c->acc)
+            for (int64_t i = 0; i < len; ++i)
+                dxr[i * s2] += (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
+        else
+            for (int64_t i = 0; i < len; ++i)
+                dxr[i * s2] = (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
     }
 }
 
 static void SFX(act_bwd)(attn_act act, const k_iter *it, const attn_view *x,
-                         const attn_view *dy, attn_view *dx) {
+                         const attn_view *dy, attn_view *dx, bool acc) {
     SFX(act_ctx) c = {act, it, x->data, NULL, NULL, dx->data, dy->data,
-                      (it->n + K_CHUNK - 1) / K_CHUNK};
+                      (it->n + K_CHUNK - 1) / K_CHUNK, acc};
     attn__k_parallel(it->nrows * c.nchunk, (double)it->nrows * (double)it->n * K_ACT_FLOPS,
                      SFX(act_bwd_tasks), &c);
 }
