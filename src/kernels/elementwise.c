@@ -120,11 +120,13 @@ attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
 }
 
 void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
+    ATTN_ASSERT(act_ok(act) && k_check_map(x, true, NULL, y, true) == ATTN_OK);
     attn__bias_act_run(act, x, NULL, NULL, y);
 }
 
 void attn__bias_act_run(attn_act act, const attn_view *x, const attn_view *b, attn_view *pre,
                         attn_view *y) {
+    ATTN_ASSERT(act_ok(act) && (!pre || k_same_view(pre, x) || !attn__overlaps_raw(pre, x)));
     if (attn_view_numel(x) == 0)
         return;
     attn_view bb = *x;
@@ -152,11 +154,16 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
 
 void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_view *dy,
                                    attn_view *dx) {
+    ATTN_ASSERT(act_ok(act) && k_check_map(x, false, dy, dx, false) == ATTN_OK);
     attn__activation_grad_run(act, x, dy, dx, true);
 }
 
 void attn__activation_grad_run(attn_act act, const attn_view *x, const attn_view *dy,
                                attn_view *dx, bool accumulate) {
+    /* written, not accumulated, dx may be exactly dy (each element read before it is written) */
+    ATTN_ASSERT(act_ok(act) &&
+                (k_check_map(x, false, dy, dx, false) == ATTN_OK ||
+                 (!accumulate && k_same_view(dx, dy) && !attn__overlaps_raw(dx, x))));
     if (attn_view_numel(x) == 0)
         return;
     k_iter it;
@@ -178,7 +185,7 @@ attn_status attn_relu(const attn_view *x, attn_view *y) {
 }
 
 
-attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+static attn_status add_check(const attn_view *x, const attn_view *b, const attn_view *y) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(k_check_float(b, x->dtype));
     ATTN_TRY(k_check_float(y, x->dtype));
@@ -187,12 +194,17 @@ attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
     attn_view bb;
     ATTN_TRY(broadcast_to(b, x, &bb));
     (void)bb;
-    ATTN_TRY(k_check_out(y, 2, (const attn_view *[]){x, b}, 3u));
+    return k_check_out(y, 2, (const attn_view *[]){x, b}, 3u);
+}
+
+attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_TRY(add_check(x, b, y));
     attn__add_run(x, b, y);
     return ATTN_OK;
 }
 
 void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
+    ATTN_ASSERT(add_check(x, b, y) == ATTN_OK);
     if (attn_view_numel(x) == 0)
         return;
     attn_view bb;
@@ -207,7 +219,8 @@ void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
         add_f64(&it, x, &bb, y);
 }
 
-attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+static attn_status add_backward_check(const attn_view *dy, const attn_view *dx,
+                                      const attn_view *db) {
     ATTN_TRY(k_check_float(dy, 0));
     attn_view dbb;
     if (dx) {
@@ -223,11 +236,17 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
         ATTN_TRY(k_check_out(dx, 1, (const attn_view *[]){dy}, 0));
     if (db)
         ATTN_TRY(k_check_out(db, 2, (const attn_view *[]){dy, dx}, 0));
+    return ATTN_OK;
+}
+
+attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_TRY(add_backward_check(dy, dx, db));
     attn__add_backward_run(dy, dx, db);
     return ATTN_OK;
 }
 
 void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db) {
+    ATTN_ASSERT(add_backward_check(dy, dx, db) == ATTN_OK);
     if (attn_view_numel(dy) == 0)
         return;
     if (dx) { /* dx := dx + dy */

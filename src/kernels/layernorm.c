@@ -46,9 +46,9 @@ static void stat_iter(k_iter *it, const attn_view *a, const attn_view *b) {
     k_iter_init(it, 2, (const attn_view *[]){&v[0], &v[1]}, false);
 }
 
-attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamma,
-                           const attn_view *beta, attn_view *y, attn_view *mean,
-                           attn_view *rstd) {
+static attn_status layernorm_check(double eps, const attn_view *x, const attn_view *gamma,
+                                   const attn_view *beta, const attn_view *y,
+                                   const attn_view *mean, const attn_view *rstd) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(k_check_float(y, x->dtype));
     if (!(eps >= 0) || !isfinite(eps))
@@ -74,6 +74,13 @@ attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamm
             (i == 1 && mean && attn_view_overlaps(rstd, mean)))
             return ATTN_EALIAS;
     }
+    return ATTN_OK;
+}
+
+attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamma,
+                           const attn_view *beta, attn_view *y, attn_view *mean,
+                           attn_view *rstd) {
+    ATTN_TRY(layernorm_check(eps, x, gamma, beta, y, mean, rstd));
     attn__layernorm_run(eps, x, gamma, beta, y, mean, rstd);
     return ATTN_OK;
 }
@@ -81,6 +88,7 @@ attn_status attn_layernorm(double eps, const attn_view *x, const attn_view *gamm
 void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
                          const attn_view *beta, attn_view *y, attn_view *mean,
                          attn_view *rstd) {
+    ATTN_ASSERT(layernorm_check(eps, x, gamma, beta, y, mean, rstd) == ATTN_OK);
     if (attn_view_numel(x) == 0)
         return;
     k_iter it, ist;
@@ -98,10 +106,10 @@ void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
     }
 }
 
-attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
-                                    const attn_view *mean, const attn_view *rstd,
-                                    const attn_view *dy, attn_view *dx, attn_view *dgamma,
-                                    attn_view *dbeta) {
+static attn_status backward_check(const attn_view *x, const attn_view *gamma,
+                                  const attn_view *mean, const attn_view *rstd,
+                                  const attn_view *dy, const attn_view *dx,
+                                  const attn_view *dgamma, const attn_view *dbeta) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(check_stat(mean, x));
     ATTN_TRY(check_stat(rstd, x));
@@ -117,7 +125,7 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
     if (!k_same_shape(x, dy) || (dx && !k_same_shape(x, dx)) || x->shape[x->ndim - 1] == 0)
         return ATTN_ESHAPE;
     const attn_view *in[] = {x, gamma, mean, rstd, dy};
-    attn_view *outs[] = {dx, dgamma, dbeta};
+    const attn_view *outs[] = {dx, dgamma, dbeta};
     for (int i = 0; i < 3; ++i) {
         if (!outs[i])
             continue;
@@ -126,6 +134,14 @@ attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
             if (outs[j] && attn_view_overlaps(outs[i], outs[j]))
                 return ATTN_EALIAS;
     }
+    return ATTN_OK;
+}
+
+attn_status attn_layernorm_backward(const attn_view *x, const attn_view *gamma,
+                                    const attn_view *mean, const attn_view *rstd,
+                                    const attn_view *dy, attn_view *dx, attn_view *dgamma,
+                                    attn_view *dbeta) {
+    ATTN_TRY(backward_check(x, gamma, mean, rstd, dy, dx, dgamma, dbeta));
     attn__layernorm_backward_run(x, gamma, mean, rstd, dy, dx, dgamma, dbeta);
     return ATTN_OK;
 }
@@ -134,6 +150,7 @@ void attn__layernorm_backward_run(const attn_view *x, const attn_view *gamma,
                                   const attn_view *mean, const attn_view *rstd,
                                   const attn_view *dy, attn_view *dx, attn_view *dgamma,
                                   attn_view *dbeta) {
+    ATTN_ASSERT(backward_check(x, gamma, mean, rstd, dy, dx, dgamma, dbeta) == ATTN_OK);
     if (attn_view_numel(x) == 0)
         return;
     k_iter it, ist;

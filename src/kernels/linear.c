@@ -52,8 +52,15 @@ attn_status attn__linear_need(const attn_view *x, const attn_view *w, const attn
     return attn__gemm_need(ATTN_NO_TRANS, ATTN_NO_TRANS, &xm, w, &ym, bytes);
 }
 
+static attn_status check_forward(const attn_view *x, const attn_view *w, const attn_view *b,
+                                 const attn_view *y);
+static attn_status check_backward(const attn_view *x, const attn_view *w, const attn_view *dy,
+                                  const attn_view *dx, const attn_view *dw,
+                                  const attn_view *db);
+
 void attn__linear_run(const attn_view *x, const attn_view *w, const attn_view *b, attn_view *y,
                       void *work, size_t work_size) {
+    ATTN_ASSERT(check_forward(x, w, b, y) == ATTN_OK);
     /* y = x W, then y += b */
     attn_view xm = as_matrix(x), ym = as_matrix(y);
     attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &xm, w, 0.0, &ym, work, work_size);
@@ -159,6 +166,7 @@ attn_status attn__linear_backward_need(const attn_view *x, const attn_view *w,
 void attn__linear_backward_run(const attn_view *x, const attn_view *w, const attn_view *dy,
                                attn_view *dx, attn_view *dw, attn_view *db, void *work,
                                size_t work_size) {
+    ATTN_ASSERT(check_backward(x, w, dy, dx, dw, db) == ATTN_OK);
     if (dx) { /* dx += dy W^T */
         attn_view dym = as_matrix(dy), dxm = as_matrix(dx);
         attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, 1.0, &dym, w, 1.0, &dxm, work, work_size);

@@ -234,6 +234,7 @@ void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vie
     size_t total;
     attn_status st = fwd_layout(&c, &ntasks, &nt, &total);
     ATTN_ASSERT(st == ATTN_OK && total <= work_size && (!weights || !p->tiled));
+    ATTN_ASSERT(attn__sdpa_check_outputs(p, out, weights, lse) == ATTN_OK);
     (void)st;
     (void)work_size;
     /* nothing to write (Dv == 0, no lse, no weights): no loop over B*H*Tq rows (fuzz_sdpa) */

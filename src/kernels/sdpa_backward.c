@@ -205,7 +205,8 @@ void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const
                  .dq = dq, .dk = dk, .dv = dv,
                  .want = (dq ? WANT_DQ : 0) | (dk ? WANT_DK : 0) | (dv ? WANT_DV : 0)};
     attn_status st = layout(&c);
-    ATTN_ASSERT(st == ATTN_OK);
+    ATTN_ASSERT(st == ATTN_OK &&
+                attn__sdpa_backward_check(p, q, k, v, NULL, out, lse, dout, dq, dk, dv) == ATTN_OK);
     (void)st;
     (void)work_size;
     bwd_sched s = schedule(&c);

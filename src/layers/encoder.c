@@ -106,15 +106,15 @@ static attn_status check_params(const attn_encoder_config *c, const attn_encoder
     return attn__ffn_check_params(&c->ffn, &p->ffn);
 }
 
-static void shape_params(const attn_encoder_config *c, attn_encoder_params *p) {
+static attn_status shape_params(const attn_encoder_config *c, attn_encoder_params *p) {
     memset(p, 0, sizeof *p);
     if (c->ln_affine) {
         attn_view *v[4] = {&p->ln1_g, &p->ln1_b, &p->ln2_g, &p->ln2_b};
         for (int i = 0; i < 4; ++i)
-            attn__shape_view(c->mha.dtype, 1, (int64_t[]){c->mha.d_model}, v[i]);
+            ATTN_TRY(attn__shape_view(c->mha.dtype, 1, (int64_t[]){c->mha.d_model}, v[i]));
     }
-    attn__mha_shape_params(&c->mha, &p->mha);
-    attn__ffn_shape_params(&c->ffn, &p->ffn);
+    ATTN_TRY(attn__mha_shape_params(&c->mha, &p->mha));
+    return attn__ffn_shape_params(&c->ffn, &p->ffn);
 }
 
 /* x (B, T, C), and every trace view the block, its MHA and its FFN fill. */
@@ -240,9 +240,8 @@ size_t attn_encoder_workspace_size(const attn_encoder_config *cfg, const attn_vi
     enc_call a;
     attn_view out;
     size_t need;
-    if (attn_encoder_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_encoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
         return 0;
-    shape_params(&c, &p);
     if (prepare(cfg, &p, x, opts, trace, &c, &a) != ATTN_OK ||
         attn__shape_view(c.mha.dtype, 3, x->shape, &out) != ATTN_OK)
         return 0;
@@ -397,17 +396,16 @@ size_t attn_encoder_backward_workspace_size(const attn_encoder_config *cfg, cons
     attn_encoder_params p;
     enc_call a;
     size_t need;
-    if (attn_encoder_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_encoder_config_resolve(cfg, &c) != ATTN_OK || shape_params(&c, &p) != ATTN_OK)
         return 0;
-    shape_params(&c, &p);
     if (prepare(cfg, &p, x, opts, NULL, &c, &a) != ATTN_OK)
         return 0;
     int64_t shp[15][3];
     int nd[15];
     cache_shapes(&c, x->shape[0], x->shape[1], shp, nd);
     attn_view v[15], dout;
-    attn__shape_views(c.mha.dtype, 15, shp, nd, v);
-    if (attn__shape_view(c.mha.dtype, 3, x->shape, &dout) != ATTN_OK)
+    if (attn__shape_views(c.mha.dtype, 15, shp, nd, v) != ATTN_OK ||
+        attn__shape_view(c.mha.dtype, 3, x->shape, &dout) != ATTN_OK)
         return 0;
     attn_trace k = cache_trace(v);
     a.tr = &k;

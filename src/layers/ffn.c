@@ -97,13 +97,14 @@ attn_status attn__ffn_check_params(const attn_ffn_config *c, const attn_ffn_para
     return ATTN_OK;
 }
 
-void attn__ffn_shape_params(const attn_ffn_config *c, attn_ffn_params *p) {
+attn_status attn__ffn_shape_params(const attn_ffn_config *c, attn_ffn_params *p) {
     int64_t shp[4][3];
     int nd[4];
     ffn_shapes(c, shp, nd);
     attn_view v[4];
-    attn__shape_views(c->dtype, 4, shp, nd, v);
+    ATTN_TRY(attn__shape_views(c->dtype, 4, shp, nd, v));
     *p = from_slab_order(v);
+    return ATTN_OK;
 }
 
 static attn_status check_x(const attn_ffn_config *c, const attn_view *x) {
@@ -198,9 +199,8 @@ size_t attn_ffn_workspace_size(const attn_ffn_config *cfg, const attn_view *x,
     attn_ffn_params p;
     ffn_call a;
     size_t need;
-    if (attn_ffn_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_ffn_config_resolve(cfg, &c) != ATTN_OK || attn__ffn_shape_params(&c, &p) != ATTN_OK)
         return 0;
-    attn__ffn_shape_params(&c, &p);
     if (call_check(cfg, &p, x, trace, &c, &a) != ATTN_OK)
         return 0;
     attn_view out;
@@ -252,9 +252,8 @@ size_t attn_ffn_backward_workspace_size(const attn_ffn_config *cfg, const attn_v
     attn_ffn_params p;
     ffn_call a;
     size_t need;
-    if (attn_ffn_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_ffn_config_resolve(cfg, &c) != ATTN_OK || attn__ffn_shape_params(&c, &p) != ATTN_OK)
         return 0;
-    attn__ffn_shape_params(&c, &p);
     if (call_check(cfg, &p, x, NULL, &c, &a) != ATTN_OK)
         return 0;
     int64_t sh[ATTN_MAX_DIMS];

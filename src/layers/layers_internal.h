@@ -24,6 +24,7 @@ typedef struct attn__plan {
     size_t inner; /* largest workspace a nested run needs */
     attn__sdpa_plan sdpa[ATTN__PLAN_SDPA];
     int    nsdpa, next_sdpa; /* made while counting; handed out in order while running */
+    attn_status err;         /* a scratch view too large to describe (counting) */
 } attn__plan;
 
 /* A layer body over its own argument struct. */
@@ -105,9 +106,12 @@ ATTN_HIDDEN attn_status attn__slab_need(attn_dtype dt, int n, int64_t shp[][3], 
  */
 ATTN_HIDDEN attn_status attn__slab_bind(attn_dtype dt, int n, int64_t shp[][3], const int *nd,
                                         void *slab, size_t slab_size, attn_view *out);
-/* Views of the given shapes over a dummy address, for the public size queries. */
-ATTN_HIDDEN void attn__shape_views(attn_dtype dt, int n, int64_t shp[][3], const int *nd,
-                                   attn_view *out);
+/*
+ * Views of the given shapes over a dummy address, for the public size queries
+ * (a status: a resolved config can still describe tensors too large for a view).
+ */
+ATTN_HIDDEN attn_status attn__shape_views(attn_dtype dt, int n, int64_t shp[][3],
+                                          const int *nd, attn_view *out);
 
 /* One such view of any rank. */
 ATTN_HIDDEN attn_status attn__shape_view(attn_dtype dt, int ndim, const int64_t *shape,
@@ -139,7 +143,8 @@ ATTN_HIDDEN int attn__mha_views(const attn_mha_config *c, const attn_mha_params 
                                 const attn_view **l, int n);
 ATTN_HIDDEN attn_status attn__mha_check_params(const attn_mha_config *c,
                                                const attn_mha_params *p);
-ATTN_HIDDEN void attn__mha_shape_params(const attn_mha_config *c, attn_mha_params *p);
+ATTN_HIDDEN attn_status attn__mha_shape_params(const attn_mha_config *c,
+                                               attn_mha_params *p);
 /* Self-attention dims of x (B, T, C). */
 ATTN_HIDDEN attn__mha_dims attn__mha_dims_self(const attn_mha_config *c, const attn_view *x);
 /* The trace views MHA fills (q, k, v, concat, scores, attention, read_values, lse). */
@@ -176,7 +181,8 @@ ATTN_HIDDEN int attn__ffn_views(const attn_ffn_config *c, const attn_ffn_params 
                                 const attn_view **l, int n);
 ATTN_HIDDEN attn_status attn__ffn_check_params(const attn_ffn_config *c,
                                                const attn_ffn_params *p);
-ATTN_HIDDEN void attn__ffn_shape_params(const attn_ffn_config *c, attn_ffn_params *p);
+ATTN_HIDDEN attn_status attn__ffn_shape_params(const attn_ffn_config *c,
+                                               attn_ffn_params *p);
 /* The trace views the FFN fills (mlp_hidden_pre, mlp_hidden, mlp_output) for input x. */
 ATTN_HIDDEN attn_status attn__ffn_check_trace(const attn_ffn_config *c, const attn_view *x,
                                               const attn_trace *tr);

@@ -111,14 +111,15 @@ attn_status attn__mha_check_params(const attn_mha_config *c, const attn_mha_para
     return ATTN_OK;
 }
 
-void attn__mha_shape_params(const attn_mha_config *c, attn_mha_params *p) {
+attn_status attn__mha_shape_params(const attn_mha_config *c, attn_mha_params *p) {
     int64_t shp[8][3];
     int nd[8];
     mha_shapes(c, shp, nd);
     attn_view v[8];
-    attn__shape_views(c->dtype, 8, shp, nd, v);
+    ATTN_TRY(attn__shape_views(c->dtype, 8, shp, nd, v));
     attn_mha_params r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     *p = r;
+    return ATTN_OK;
 }
 
 attn__mha_dims attn__mha_dims_self(const attn_mha_config *c, const attn_view *x) {
@@ -381,9 +382,8 @@ size_t attn_mha_workspace_size(const attn_mha_config *cfg, const attn_view *x_q,
     attn_mha_params p;
     mha_call a;
     size_t need;
-    if (attn_mha_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_mha_config_resolve(cfg, &c) != ATTN_OK || attn__mha_shape_params(&c, &p) != ATTN_OK)
         return 0;
-    attn__mha_shape_params(&c, &p);
     if (forward_check(cfg, &p, x_q, x_kv, opts, trace, &c, &a) != ATTN_OK)
         return 0;
     attn_view out;
@@ -523,14 +523,16 @@ typedef struct mha_shape_cache {
     attn_trace t;
 } mha_shape_cache;
 
-static void shape_cache(const attn_mha_config *c, const attn__mha_dims *d, mha_shape_cache *s) {
+static attn_status shape_cache(const attn_mha_config *c, const attn__mha_dims *d,
+                               mha_shape_cache *s) {
     int64_t shp[6][3] = {{d->B, d->Tq, d->HD}, {d->B, d->Tk, d->KD}, {d->B, d->Tk, d->KD},
                          {d->B, d->Tq, d->HD}, {d->B, c->heads, d->Tq},
                          {d->B, d->Tq, c->d_model}};
-    attn__shape_views(c->dtype, 6, shp, (int[]){3, 3, 3, 3, 3, 3}, s->v);
+    attn_status st = attn__shape_views(c->dtype, 6, shp, (int[]){3, 3, 3, 3, 3, 3}, s->v);
     attn_trace t = {.q = &s->v[0], .k = &s->v[1], .v = &s->v[2], .concat = &s->v[3],
                     .lse = &s->v[4]};
     s->t = t;
+    return st;
 }
 
 size_t attn_mha_backward_workspace_size(const attn_mha_config *cfg, const attn_view *x_q,
@@ -540,12 +542,12 @@ size_t attn_mha_backward_workspace_size(const attn_mha_config *cfg, const attn_v
     mha_call a;
     mha_shape_cache s;
     size_t need;
-    if (attn_mha_config_resolve(cfg, &c) != ATTN_OK)
+    if (attn_mha_config_resolve(cfg, &c) != ATTN_OK || attn__mha_shape_params(&c, &p) != ATTN_OK)
         return 0;
-    attn__mha_shape_params(&c, &p);
     if (forward_check(cfg, &p, x_q, x_kv, opts, NULL, &c, &a) != ATTN_OK)
         return 0;
-    shape_cache(&c, &a.d, &s);
+    if (shape_cache(&c, &a.d, &s) != ATTN_OK)
+        return 0;
     a.tr = &s.t;
     a.dout = &s.v[5];
     return attn__layer_need(backward_body, &a, &need) == ATTN_OK ? need : 0;

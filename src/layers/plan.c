@@ -8,6 +8,11 @@ static char plan_dummy[64] __attribute__((aligned(64)));
 
 static void *plan_take(attn__plan *pl, size_t bytes) {
     size_t off = attn__align64(pl->used);
+    if (bytes > SIZE_MAX / 2 || off > SIZE_MAX / 2) { /* the counting pass reports it */
+        if (pl->err == ATTN_OK)
+            pl->err = ATTN_ERANGE;
+        bytes = 0;
+    }
     pl->used = off + attn__align64(bytes ? bytes : 1);
     /*
      * Counting: each scratch view gets its own never-dereferenced address above
@@ -30,8 +35,14 @@ attn_view attn__plan_scratch(attn__plan *pl, attn_dtype dt, int ndim, const int6
         memset(p, 0, n);
     attn_view v;
     attn_status st = attn_view_init(&v, dt, p, ndim, shape);
-    ATTN_ASSERT(st == ATTN_OK);
-    (void)st;
+    if (st != ATTN_OK) { /* too large for a view: the counting pass reports it */
+        ATTN_ASSERT(pl->counting);
+        if (pl->err == ATTN_OK)
+            pl->err = st;
+        memset(&v, 0, sizeof v);
+        v.dtype = dt;
+        v.ndim = ndim;
+    }
     return v;
 }
 
@@ -46,6 +57,8 @@ size_t attn__plan_inner_size(const attn__plan *pl) {
     return pl->counting ? 0 : pl->size - attn__align64(pl->used);
 }
 static attn_status plan_total(const attn__plan *pl, size_t *bytes) {
+    if (pl->err != ATTN_OK)
+        return pl->err;
     return attn__add_sz(attn__align64(pl->used), pl->inner, bytes) ? ATTN_OK : ATTN_ERANGE;
 }
 
@@ -219,12 +232,11 @@ attn_status attn__slab_bind(attn_dtype dt, int n, int64_t shp[][3], const int *n
     return ATTN_OK;
 }
 
-void attn__shape_views(attn_dtype dt, int n, int64_t shp[][3], const int *nd, attn_view *out) {
-    for (int i = 0; i < n; ++i) {
-        attn_status st = attn_view_init(&out[i], dt, plan_dummy, nd[i], shp[i]);
-        ATTN_ASSERT(st == ATTN_OK);
-        (void)st;
-    }
+attn_status attn__shape_views(attn_dtype dt, int n, int64_t shp[][3], const int *nd,
+                              attn_view *out) {
+    for (int i = 0; i < n; ++i)
+        ATTN_TRY(attn_view_init(&out[i], dt, plan_dummy, nd[i], shp[i]));
+    return ATTN_OK;
 }
 
 attn_status attn__shape_view(attn_dtype dt, int ndim, const int64_t *shape, attn_view *out) {

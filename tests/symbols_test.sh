@@ -1,0 +1,22 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Only the public API in the dynamic symbol tables: attn_[a-z0-9]* in libattn.so,
+# attn_ring_* in libattn_mpi.so (no attn__ internals, no ifunc resolvers). TAP.
+#   sh symbols_test.sh <build dir>
+build="$1"
+n=0; fail=0
+check() { # <library> <allowed regex>
+  n=$((n + 1))
+  if [ ! -f "$1" ]; then echo "ok $n - $(basename "$1") # SKIP not built"; return; fi
+  bad=$(nm -D --defined-only "$1" | awk '{print $3}' | grep -v -E "$2")
+  if [ -z "$bad" ]; then
+    echo "ok $n - $(basename "$1"): $(nm -D --defined-only "$1" | wc -l) symbols, all public"
+  else
+    echo "not ok $n - $(basename "$1") exports non-public symbols:"; echo "$bad" | sed 's/^/# /'
+    fail=1
+  fi
+}
+check "$build/src/libattn.so" '^attn_[a-z0-9][a-z0-9_]*$'
+check "$build/src/ring/libattn_mpi.so" '^attn_ring_[a-z0-9_]*$'
+echo "1..$n"
+exit $fail
