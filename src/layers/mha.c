@@ -207,14 +207,6 @@ static attn_view cols(const attn_view *x, int64_t c0, int64_t n) {
     return v;
 }
 
-/* A fresh (contiguous) scratch view := 0. */
-static void zero_scratch(const attn_view *v) {
-    size_t n = attn_dtype_size(v->dtype);
-    for (int k = 0; k < v->ndim; ++k)
-        n *= (size_t)v->shape[k];
-    memset(v->data, 0, n);
-}
-
 /* How the Q, K, V projections run: one GEMM for all three, one for K and V, or three. */
 typedef enum { QKV_SEPARATE, QKV_ONE, KV_ONE } qkv_mode;
 
@@ -411,9 +403,10 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
 /* ---- backward ------------------------------------------------------------ */
 
 /*
- * The projections' backward. With adjacent weights the input gradient is one
- * GEMM, dx += [dQ dK dV] [Wq Wk Wv]^T, and so are the weight gradients when the
- * gradients are adjacent too; the biases' sums go block by block.
+ * The projections' backward: dx += dY W^T, dW += x^T dY, db += sum dY for Q, K, V.
+ * (dQ, dK, dV stay three buffers: the sdpa backward takes gradients that do not
+ * overlap, and column blocks of one buffer do by the span test, so the forward's
+ * one-GEMM projection has no backward counterpart.)
  */
 static attn_status qkv_backward(const attn_mha_config *c, const attn_mha_params *p,
                                 const attn__mha_dims *d, attn_view *dQ, attn_view *dK,
@@ -421,37 +414,12 @@ static attn_status qkv_backward(const attn_mha_config *c, const attn_mha_params 
                                 attn_mha_params *g, attn__plan *pl) {
     /* self-attention: x_kv is x_q, and so its gradient lands in dx_q */
     attn_view *dxkv = d->xkv == d->xq ? dx_q : dx_kv;
-    attn_view *gw[3] = {g ? &g->wq : NULL, g ? &g->wk : NULL, g ? &g->wv : NULL};
-    attn_view *gb[3] = {g && c->bias ? &g->bq : NULL, g && c->bias ? &g->bk : NULL,
-                        g && c->bias ? &g->bv : NULL};
-    const attn_view *w[3] = {&p->wq, &p->wk, &p->wv};
-    attn_view *dy[3] = {dQ, dK, dV};
-    const attn_view *xs[3] = {d->xq, d->xkv, d->xkv};
-    attn_view *dxs[3] = {dx_q, dxkv, dxkv};
-    attn_view wcat, dcat, gcat;
-    qkv_mode m = qkv_plan(p, d, &wcat);
-    int first = 0; /* the blocks [first, 3) done by one GEMM below */
-    if (m == QKV_ONE && cat_views(3, (const attn_view *[]){dQ, dK, dV}, &dcat))
-        first = 0;
-    else if (m != QKV_SEPARATE && cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, &wcat) &&
-             cat_views(2, (const attn_view *[]){dK, dV}, &dcat))
-        first = 1;
-    else
-        first = 3;
-    if (first < 3) {
-        int n = 3 - first;
-        bool gadj = g && cat_views(n, (const attn_view *const *)gw + first, &gcat);
-        ATTN_TRY(attn__plan_linear_backward(pl, xs[first], &wcat, &dcat, dxs[first],
-                                            gadj ? &gcat : NULL, NULL));
-        for (int i = first; i < 3; ++i) {
-            attn_view *gwi = gadj ? NULL : gw[i];
-            if (gwi || gb[i])
-                ATTN_TRY(attn__plan_linear_backward(pl, xs[i], w[i], dy[i], NULL, gwi, gb[i]));
-        }
-    }
-    for (int i = 0; i < first; ++i)
-        ATTN_TRY(attn__plan_linear_backward(pl, xs[i], w[i], dy[i], dxs[i], gw[i], gb[i]));
-    return ATTN_OK;
+    ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
+                                        g && c->bias ? &g->bq : NULL));
+    ATTN_TRY(attn__plan_linear_backward(pl, d->xkv, &p->wk, dK, dxkv, g ? &g->wk : NULL,
+                                        g && c->bias ? &g->bk : NULL));
+    return attn__plan_linear_backward(pl, d->xkv, &p->wv, dV, dxkv, g ? &g->wv : NULL,
+                                      g && c->bias ? &g->bv : NULL);
 }
 
 attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_params *p,
@@ -461,24 +429,10 @@ attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_par
                                     attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t sq[3] = {d->B, d->Tq, d->HD};
-    /* dQ, dK, dV: the column blocks of one scratch, as the forward's Q, K, V */
-    attn_view dQ, dK, dV;
-    attn__mha_dims dd = *d;
-    attn_trace none;
-    memset(&none, 0, sizeof none);
-    qkv_buffers(c, &dd, &none, pl, &dQ, &dK, &dV);
-    if (attn__plan_running(pl)) { /* the sdpa backward accumulates into them */
-        attn_view all = dQ;
-        if (d->xkv == d->xq) {
-            all.shape[2] = d->HD + 2 * d->KD;
-            zero_scratch(&all);
-        } else {
-            zero_scratch(&dQ);
-            all = dK;
-            all.shape[2] = 2 * d->KD;
-            zero_scratch(&all);
-        }
-    }
+    int64_t sk[3] = {d->B, d->Tk, d->KD};
+    attn_view dQ = attn__plan_scratch(pl, dt, 3, sq, true);
+    attn_view dK = attn__plan_scratch(pl, dt, 3, sk, true);
+    attn_view dV = attn__plan_scratch(pl, dt, 3, sk, true);
     attn_view dO = attn__plan_scratch(pl, dt, 3, sq, false);
     /* out = O Wo + bo: dO = dout Wo^T written, not accumulated (no zeroing pass) */
     ATTN_TRY(attn__plan_linear_backward_set(pl, cache->concat, &p->wo, dout, &dO,
