@@ -14,7 +14,7 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-ORDER = ["status.h", "version.h.in", "view.h", "gemm.h", "kernels.h", "layers.h", "posenc.h",
+ORDER = ["status.h", "version.h.in", "view.h", "gemm.h", "kernels.h", "layers.h", "decode.h", "posenc.h",
          "init.h", "diag.h", "ring.h"]
 INTRO = {
     "status.h": "Status codes and their names.",
@@ -24,6 +24,8 @@ INTRO = {
     "kernels.h": "Softmax, layernorm, activations, adds, linear maps and scaled dot-product "
                  "attention, forward and backward.",
     "layers.h": "Multi-head attention, feed-forward, the encoder block, and the trace.",
+    "decode.h": "Incremental decoding: the KV cache, the cached MHA step, split-KV decode and "
+                "the decoder block (docs/decoding.md).",
     "posenc.h": "Positional encodings and patchify.",
     "init.h": "Counter-based random streams and weight initialization (LAPACKE QR).",
     "diag.h": "Numerical diagnostics (LAPACKE eigenvalues and SVD).",

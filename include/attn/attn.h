@@ -10,6 +10,7 @@
 #include "attn/gemm.h"
 #include "attn/kernels.h"
 #include "attn/layers.h"
+#include "attn/decode.h"
 #include "attn/posenc.h"
 #include "attn/init.h"
 #include "attn/diag.h"

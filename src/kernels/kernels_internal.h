@@ -59,4 +59,11 @@ ATTN_HIDDEN void attn__linear_backward_run(const attn_view *x, const attn_view *
                                            const attn_view *dy, attn_view *dx, attn_view *dw,
                                            attn_view *db, void *work, size_t work_size);
 
+/*
+ * RoPE in place on x (..., T, D) at positions offset.., as attn_rope (backward:
+ * rotate by -theta, as attn_rope_backward) on arguments it accepts.
+ */
+ATTN_HIDDEN void attn__rope_run(attn_rope_style style, double base, int64_t offset,
+                                attn_view *x, bool backward);
+
 #endif

@@ -124,20 +124,10 @@ static inline int64_t rope_lead_offset(const rope_plan *rp, int64_t l) {
 #include "tmpl/dtype_off.h"
 /* clang-format on */
 
-static attn_status rope_run(attn_rope_style style, double base, int64_t offset, attn_view *x,
-                            double sign) {
-    if (style != ATTN_ROPE_INTERLEAVED && style != ATTN_ROPE_HALF)
-        return ATTN_EINVAL;
-    ATTN_TRY(k_check_float(x, 0));
-    if (x->ndim < 2)
-        return ATTN_ESHAPE;
+/* The rotation on a view the checks below accepted (base already resolved). */
+static void rope_apply(attn_rope_style style, double base, int64_t offset, attn_view *x,
+                       double sign) {
     int nd = x->ndim;
-    base = resolve_base(base);
-    if (x->shape[nd - 1] % 2 != 0 || offset < 0 || base == 0)
-        return ATTN_EINVAL;
-    if (x->shape[nd - 2] > INT64_MAX - offset)
-        return ATTN_ERANGE;
-    ATTN_TRY(k_check_out(x, 0, NULL, 0));
     rope_plan rp = {.half_style = style == ATTN_ROPE_HALF,
                     .log_base = log(base),
                     .offset = offset,
@@ -153,12 +143,34 @@ static attn_status rope_run(attn_rope_style style, double base, int64_t offset, 
         rp.nlead *= x->shape[k];
     }
     if (attn_view_numel(x) == 0)
-        return ATTN_OK;
+        return;
     if (x->dtype == ATTN_F32)
         rope_f32(&rp, sign, x);
     else
         rope_f64(&rp, sign, x);
+}
+
+static attn_status rope_run(attn_rope_style style, double base, int64_t offset, attn_view *x,
+                            double sign) {
+    if (style != ATTN_ROPE_INTERLEAVED && style != ATTN_ROPE_HALF)
+        return ATTN_EINVAL;
+    ATTN_TRY(k_check_float(x, 0));
+    if (x->ndim < 2)
+        return ATTN_ESHAPE;
+    int nd = x->ndim;
+    base = resolve_base(base);
+    if (x->shape[nd - 1] % 2 != 0 || offset < 0 || base == 0)
+        return ATTN_EINVAL;
+    if (x->shape[nd - 2] > INT64_MAX - offset)
+        return ATTN_ERANGE;
+    ATTN_TRY(k_check_out(x, 0, NULL, 0));
+    rope_apply(style, base, offset, x, sign);
     return ATTN_OK;
+}
+
+void attn__rope_run(attn_rope_style style, double base, int64_t offset, attn_view *x,
+                    bool backward) {
+    rope_apply(style, resolve_base(base), offset, x, backward ? -1.0 : 1.0);
 }
 
 attn_status attn_rope(attn_rope_style style, double base, int64_t offset, attn_view *x) {

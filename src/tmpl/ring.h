@@ -21,38 +21,21 @@ static void SFX(zero_out)(const attn_view *out) {
 /*
  * Fold one partial result into the running one, for the query rows
  * [q0, q0 + nq) of out (B, H, T, Dv), run (B, H, T) the running lse:
- * piece out p (B, H, nq, Dv) and lse l (B, H, nq), both contiguous.
- *   m = max(run, l), a = e^(run - m), c = e^(l - m),
- *   out := (a out + c p) / (a + c),  run := m + log(a + c)
- * (Milakov and Gimelshein's online softmax, block-wise). A piece row that saw
- * no key (l = ATTN__SDPA_LSE_EMPTY) is skipped; the first real piece of a row
- * is copied exactly. NaN in l fails both tests and propagates.
+ * piece out p (B, H, nq, Dv) and lse l (B, H, nq), both contiguous. Row by
+ * row through the lse merge the decode kernel's splits use
+ * (kernels/lse_merge.h): a piece row that saw no key is skipped, the first
+ * real piece of a row is copied exactly.
  */
 static void SFX(merge)(const attn_view *out, double *run, const T *p, const T *lp, int64_t q0,
                        int64_t nq) {
     int64_t B = out->shape[0], H = out->shape[1], Tr = out->shape[2], Dv = out->shape[3];
-    int64_t sd = out->stride[3];
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t i = 0; i < nq; ++i) {
                 int64_t pr = (b * H + h) * nq + i;
-                double l = lp[pr], *r = run + (b * H + h) * Tr + q0 + i;
-                const T *pv = p + pr * Dv;
-                T *o = SFX(row)(out, b, h, q0 + i);
-                if (l <= 0.5 * ATTN__SDPA_LSE_EMPTY)
-                    continue;
-                if (*r <= 0.5 * ATTN__SDPA_LSE_EMPTY) {
-                    for (int64_t d = 0; d < Dv; ++d)
-                        o[d * sd] = pv[d];
-                    *r = l;
-                    continue;
-                }
-                double m = *r > l ? *r : l, a = exp(*r - m), c = exp(l - m), s = a + c;
-                a /= s;
-                c /= s;
-                for (int64_t d = 0; d < Dv; ++d)
-                    o[d * sd] = (T)(a * (double)o[d * sd] + c * (double)pv[d]);
-                *r = m + log(s);
+                SFX(attn__lse_merge_row)(SFX(row)(out, b, h, q0 + i), out->stride[3],
+                                         run + (b * H + h) * Tr + q0 + i, p + pr * Dv, lp[pr],
+                                         Dv);
             }
 }
 

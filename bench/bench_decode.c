@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/* attn-bench-decode: one new token against Tk cached keys, K/V bytes per second beside a
+ * streaming read. */
+#define _POSIX_C_SOURCE 200809L
+#include <attn/attn.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/*
+ * Decode (Tq = 1) is a memory-bound pass over K and V: 2 B H Tk D elements
+ * read, 4 B H Tk D flops. For each B and Tk this reports attn_sdpa_decode's
+ * effective bandwidth (K and V bytes / median time) beside a plain streaming
+ * read of the very same buffers (a vectorized sum over them, on the same
+ * number of threads), measured in the same run, interleaved rep by rep so
+ * that both see the same machine load. Medians; the load average is printed.
+ *
+ * Usage: attn-bench-decode [--reps N=15] [--tkmax N=32768] [--b LIST=1,8]
+ *                          [--h 12] [--d 64] [--hkv H] [--csv FILE]
+ */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define CLONES
+#endif
+
+/* Sum of n floats with 16 partial sums: the compiler vectorizes it, the loads dominate. */
+CLONES static float sum_f32(const float *x, size_t n) {
+    float a[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; ++l)
+            a[l] += x[i + l];
+    float s = 0;
+    for (; i < n; ++i)
+        s += x[i];
+    for (int l = 0; l < 16; ++l)
+        s += a[l];
+    return s;
+}
+
+/* Read k and v (n floats each) once, split over nt threads: a plain streaming read. */
+static float stream_read(const float *k, const float *v, size_t n, int nt) {
+    float total = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) reduction(+ : total) schedule(static)
+#endif
+    for (int t = 0; t < nt; ++t) {
+        size_t lo = n * (size_t)t / (size_t)nt, hi = n * (size_t)(t + 1) / (size_t)nt;
+        total += sum_f32(k + lo, hi - lo) + sum_f32(v + lo, hi - lo);
+    }
+    (void)nt;
+    return total;
+}
+
+static void fill(float *x, size_t n, unsigned s) {
+    for (size_t i = 0; i < n; ++i) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((s >> 8) * (2.0 / 16777216.0) - 1.0);
+    }
+}
+
+static void die(const char *what, attn_status st) {
+    fprintf(stderr, "attn-bench-decode: %s: %s\n", what, attn_strerror(st));
+    exit(1);
+}
+
+static const char *blas_core(void) {
+    char *(*f)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
+    return f ? f() : "unknown";
+}
+
+int main(int argc, char **argv) {
+    int reps = 15;
+    int64_t tkmax = 32768, H = 12, D = 64, Hkv = 0;
+    int64_t bs[8] = {1, 8};
+    int nb = 2;
+    const char *csv = NULL;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tkmax") && i + 1 < argc)
+            tkmax = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--h") && i + 1 < argc)
+            H = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--hkv") && i + 1 < argc)
+            Hkv = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--d") && i + 1 < argc)
+            D = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+            csv = argv[++i];
+        else if (!strcmp(argv[i], "--b") && i + 1 < argc) {
+            nb = 0;
+            for (char *t = strtok(argv[++i], ","); t && nb < 8; t = strtok(NULL, ","))
+                bs[nb++] = atoll(t);
+        } else {
+            fprintf(stderr, "usage: attn-bench-decode [--reps N] [--tkmax N] [--b 1,8] [--h H] "
+                            "[--hkv H] [--d D] [--csv FILE]\n");
+            return 2;
+        }
+    }
+    if (Hkv == 0)
+        Hkv = H;
+    if (reps < 1 || reps > 101 || tkmax < 512 || H < 1 || D < 1 || Hkv < 1 || H % Hkv) {
+        fprintf(stderr, "attn-bench-decode: bad arguments\n");
+        return 2;
+    }
+    int nt = 1;
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    char load[64] = "?";
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fgets(load, sizeof load, la))
+            load[strcspn(load, "\n")] = '\0';
+        fclose(la);
+    }
+    printf("# attn-bench-decode: attn %s, f32, H %lld, Hkv %lld, D %lld, Tq 1, %d threads, "
+           "OpenBLAS core %s\n# load average at start: %s; medians of %d reps\n",
+           attn_version_string(), (long long)H, (long long)Hkv, (long long)D, nt, blas_core(),
+           load, reps);
+    FILE *out = csv ? fopen(csv, "w") : NULL;
+    if (out)
+        fprintf(out, "B,Tk,bytes,decode_us,decode_GBs,stream_us,stream_GBs,ratio\n");
+    printf("%3s %7s %10s %11s %11s %11s %11s %7s\n", "B", "Tk", "K+V MB", "decode us",
+           "decode GB/s", "stream us", "stream GB/s", "ratio");
+    for (int bi = 0; bi < nb; ++bi) {
+        int64_t B = bs[bi];
+        for (int64_t Tk = 512; Tk <= tkmax; Tk *= 2) {
+            size_t n = (size_t)(B * Hkv * Tk * D), nq = (size_t)(B * H * D);
+            float *k = aligned_alloc(64, n * 4), *v = aligned_alloc(64, n * 4);
+            float *q = aligned_alloc(64, nq * 4), *o = aligned_alloc(64, nq * 4);
+            if (!k || !v || !q || !o) {
+                fprintf(stderr, "attn-bench-decode: out of memory at B %lld Tk %lld\n",
+                        (long long)B, (long long)Tk);
+                return 1;
+            }
+            fill(k, n, 1);
+            fill(v, n, 2);
+            fill(q, nq, 3);
+            attn_view qv, kv, vv, ov;
+            attn_view_init(&qv, ATTN_F32, q, 4, (int64_t[]){B, H, 1, D});
+            attn_view_init(&ov, ATTN_F32, o, 4, (int64_t[]){B, H, 1, D});
+            attn_view_init(&kv, ATTN_F32, k, 4, (int64_t[]){B, Hkv, Tk, D});
+            attn_view_init(&vv, ATTN_F32, v, 4, (int64_t[]){B, Hkv, Tk, D});
+            int64_t *len = malloc(sizeof(int64_t) * (size_t)B);
+            for (int64_t b = 0; b < B; ++b)
+                len[b] = Tk;
+            size_t ws = attn_sdpa_decode_workspace_size(&qv, &kv, &vv, NULL);
+            void *work = aligned_alloc(64, (ws + 63) / 64 * 64);
+            attn_status st =
+                attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
+            if (st)
+                die("attn_sdpa_decode", st);
+            volatile float sink = stream_read(k, v, n, nt); /* warm both */
+            double td[101], ts[101];
+            for (int r = 0; r < reps; ++r) {
+                double t0 = now();
+                attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
+                td[r] = now() - t0;
+                t0 = now();
+                sink += stream_read(k, v, n, nt);
+                ts[r] = now() - t0;
+            }
+            (void)sink;
+            double d = median(td, reps), s = median(ts, reps), bytes = 2.0 * (double)n * 4;
+            printf("%3lld %7lld %10.1f %11.1f %11.2f %11.1f %11.2f %6.0f%%\n", (long long)B,
+                   (long long)Tk, bytes / 1e6, 1e6 * d, bytes / d / 1e9, 1e6 * s,
+                   bytes / s / 1e9, 100 * s / d);
+            if (out)
+                fprintf(out, "%lld,%lld,%.0f,%.2f,%.3f,%.2f,%.3f,%.3f\n", (long long)B,
+                        (long long)Tk, bytes, 1e6 * d, bytes / d / 1e9, 1e6 * s,
+                        bytes / s / 1e9, s / d);
+            fflush(stdout);
+            free(k);
+            free(v);
+            free(q);
+            free(o);
+            free(len);
+            free(work);
+        }
+    }
+    if (out)
+        fclose(out);
+    return 0;
+}

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/* Split-KV decode: a few queries against a long KV cache, one memory-bound pass, lse-merged
+ * splits. */
+
+/* No -ffast-math (masks rely on -inf); only FP exception flags are given up, as in vexp.c. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "vect-cost-model=dynamic")
+#endif
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn_config.h"
+#include "kernels/lse_merge.h"
+#include "kernels/sdpa_decode_internal.h"
+
+#if ATTN_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* One build for every x86-64 CPU: the K and V loops get AVX2 / AVX-512 clones (vexp.c). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
+    (!defined(__clang__) || __clang_major__ >= 15)
+#define DEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define DEC_CLONES
+#endif
+
+enum {
+    BLK = 128,      /* keys per score block: K and V blocks stay in L1/L2 between rows */
+    MIN_SPLIT = 256 /* automatic splits never hold fewer keys than this */
+};
+
+/* Splits of batch b's keys, and keys per split. */
+static void splits_of(const attn__decode_plan *p, int64_t L, int64_t *ns, int64_t *chunk) {
+    int64_t n = p->split > 0 ? L / p->split + (L % p->split != 0) : L / MIN_SPLIT;
+    if (n > p->nsplit)
+        n = p->nsplit;
+    if (n < 1)
+        n = 1;
+    *ns = n;
+    *chunk = L > 0 ? L / n + (L % n != 0) : 0;
+}
+
+/* clang-format off */
+#define ATTN_TMPL_F32
+#include "tmpl/dtype_on.h"
+#include "tmpl/sdpa_decode.h"
+#include "tmpl/dtype_off.h"
+#define ATTN_TMPL_F64
+#include "tmpl/dtype_on.h"
+#include "tmpl/sdpa_decode.h"
+#include "tmpl/dtype_off.h"
+/* clang-format on */
+
+attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
+    size_t es = attn_dtype_size(p->dt), R = (size_t)(p->G * p->Tq), D = (size_t)p->D;
+    p->threads = attn__threads(requested_threads, INT64_MAX, 1e300); /* the most a run uses */
+    int64_t bh;
+    if (!attn__mul_i64(p->B, p->Hkv, &bh))
+        return ATTN_ERANGE;
+    if (p->split > 0)
+        p->nsplit = p->Tmax / p->split + (p->Tmax % p->split != 0);
+    else /* enough (b, kv head, split) tasks for every thread, twice over for balance */
+        p->nsplit = bh >= p->threads ? 1 : (2 * p->threads + bh - 1) / (bh > 0 ? bh : 1);
+    if (p->nsplit < 1)
+        p->nsplit = 1;
+    /* per thread: q rows (R, D), scores (R, BLK), acc (R, D), m and l (R) */
+    size_t rd, rb, parts, nrow;
+    if (!attn__mul_sz(R, D, &rd) || !attn__mul_sz(rd, es, &rd) ||
+        !attn__mul_sz(R, (size_t)BLK * es, &rb))
+        return ATTN_ERANGE;
+    p->per_thread = 2 * attn__align64(rd) + attn__align64(rb) + 2 * attn__align64(R * es);
+    /* partials: (B, Hkv, nsplit, R, D) outputs and (B, Hkv, nsplit, R) lse in double */
+    if (!attn__mul_sz((size_t)bh, (size_t)p->nsplit, &nrow) || !attn__mul_sz(nrow, R, &nrow) ||
+        !attn__mul_sz(nrow, D * es, &parts) || nrow > SIZE_MAX / 16)
+        return ATTN_ERANGE;
+    size_t thr;
+    if (!attn__mul_sz(p->per_thread, (size_t)p->threads, &thr))
+        return ATTN_ERANGE;
+    p->off_part = attn__align64(thr);
+    p->off_lse = p->off_part + attn__align64(parts);
+    p->off_pos = p->off_lse + attn__align64(nrow * sizeof(double));
+    if ((size_t)p->B > SIZE_MAX / 16 ||
+        !attn__add_sz(p->off_pos, attn__align64((size_t)p->B * sizeof(int64_t)), &p->total))
+        return ATTN_ERANGE;
+    return ATTN_OK;
+}
+
+attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, const attn_view *k,
+                             const attn_view *v, const attn_view *out, const attn_view *lse,
+                             void *work) {
+    int64_t ntasks = p->B * p->Hkv * p->nsplit;
+    double bytes = 0;
+    for (int64_t b = 0; b < p->B; ++b)
+        bytes += (double)p->klen[b];
+    /* flops of the two passes over K and V: what attn__threads weighs */
+    double flops = 4.0 * bytes * (double)(p->Hkv * p->G * p->Tq * p->D);
+    int nt = attn__threads(p->threads, ntasks, flops);
+    if (nt > p->threads)
+        nt = p->threads;
+    char *w = work;
+#if ATTN_HAVE_OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+    {
+        int tid = 0;
+#if ATTN_HAVE_OPENMP
+        tid = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1) nowait
+#endif
+        for (int64_t t = 0; t < ntasks; ++t) {
+            int64_t s = t % p->nsplit, bh = t / p->nsplit;
+            if (p->dt == ATTN_F32)
+                split_task_f32(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid, out, lse);
+            else
+                split_task_f64(p, q, k, v, bh / p->Hkv, bh % p->Hkv, s, w, tid, out, lse);
+        }
+        /* merge the splits of each row through their lse (one split: written already) */
+        if (p->nsplit > 1) {
+#if ATTN_HAVE_OPENMP
+#pragma omp barrier
+#pragma omp for schedule(static) nowait
+#endif
+            for (int64_t bh = 0; bh < p->B * p->Hkv; ++bh) {
+                if (p->dt == ATTN_F32)
+                    merge_rows_f32(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
+                else
+                    merge_rows_f64(p, bh / p->Hkv, bh % p->Hkv, out, lse, w);
+            }
+        }
+    }
+    return ATTN_OK;
+}
+
+/* ---- the public kernel ------------------------------------------------------ */
+
+static attn_status decode_prepare(const attn_view *q, const attn_view *k, const attn_view *v,
+                                  const attn_step_opts *o, attn__decode_plan *p) {
+    static const attn_step_opts defaults;
+    if (!o)
+        o = &defaults;
+    if (!q || !k || !v)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn__check_float(q, 4));
+    ATTN_TRY(attn__check_float(k, 4));
+    ATTN_TRY(attn__check_float(v, 4));
+    if (k->dtype != q->dtype || v->dtype != q->dtype)
+        return ATTN_EDTYPE;
+    if (o->keep || o->bias || o->n_new || o->rope.on || !isfinite(o->scale) || o->threads < 0 ||
+        o->split < 0)
+        return ATTN_EINVAL;
+    attn__decode_plan t = {.dt = q->dtype,
+                           .B = q->shape[0],
+                           .H = q->shape[1],
+                           .Tq = q->shape[2],
+                           .D = q->shape[3],
+                           .Hkv = k->shape[1],
+                           .Tmax = k->shape[2],
+                           .split = o->split};
+    for (int d = 0; d < 4; ++d)
+        if (k->shape[d] != v->shape[d])
+            return ATTN_ESHAPE;
+    if (k->shape[0] != t.B || k->shape[3] != t.D || t.Hkv < 1 || t.H % t.Hkv != 0 || t.Tq < 1)
+        return ATTN_ESHAPE;
+    if (t.D > INT_MAX)
+        return ATTN_ERANGE;
+    t.G = t.H / t.Hkv;
+    t.scale = o->scale != 0 ? o->scale : t.D > 0 ? 1.0 / sqrt((double)t.D) : 1.0;
+    ATTN_TRY(attn__decode_layout(&t, o->threads));
+    *p = t;
+    return ATTN_OK;
+}
+
+size_t attn_sdpa_decode_workspace_size(const attn_view *q, const attn_view *k,
+                                       const attn_view *v, const attn_step_opts *opts) {
+    attn__decode_plan p;
+    return decode_prepare(q, k, v, opts, &p) == ATTN_OK ? p.total : 0;
+}
+
+attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k, const attn_view *v,
+                             const int64_t *len, bool causal, const attn_step_opts *opts,
+                             attn_view *out, attn_view *lse, void *work, size_t work_size) {
+    attn__decode_plan p;
+    ATTN_TRY(decode_prepare(q, k, v, opts, &p));
+    if (!len || !out)
+        return ATTN_EINVAL;
+    for (int64_t b = 0; b < p.B; ++b)
+        if (len[b] < 0 || len[b] > p.Tmax)
+            return ATTN_ERANGE;
+    ATTN_TRY(attn__check_float(out, 4));
+    if (lse)
+        ATTN_TRY(attn__check_float(lse, 3));
+    if (out->dtype != p.dt || (lse && lse->dtype != p.dt))
+        return ATTN_EDTYPE;
+    for (int d = 0; d < 4; ++d)
+        if (out->shape[d] != q->shape[d] || (lse && d < 3 && lse->shape[d] != q->shape[d]))
+            return ATTN_ESHAPE;
+    const attn_view *outs[2] = {out, lse}, *ins[3] = {q, k, v};
+    ATTN_TRY(attn__sdpa_check_aliasing(outs, 2, ins, 3));
+    void *owned = NULL;
+    ATTN_TRY(attn__work_acquire(&work, &work_size, p.total, &owned));
+    const attn_view *all[5] = {q, k, v, out, lse};
+    if (!owned && attn__work_overlaps(work, p.total, all, lse ? 5 : 4))
+        return ATTN_EALIAS;
+    /* the queries are the last Tq tokens of each batch's len: row i at len - Tq + i */
+    int64_t *qp = (int64_t *)((char *)work + p.off_pos);
+    for (int64_t b = 0; b < p.B; ++b)
+        qp[b] = len[b] - p.Tq;
+    p.causal = causal;
+    p.klen = len;
+    p.qpos0 = qp;
+    attn_status st = attn__decode_run(&p, q, k, v, out, lse, work);
+    free(owned);
+    return st;
+}

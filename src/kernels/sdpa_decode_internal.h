@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* The split-KV decode kernel's validated plan and run function (used by the cached steps). */
+#ifndef ATTN_SDPA_DECODE_INTERNAL_H
+#define ATTN_SDPA_DECODE_INTERNAL_H
+
+#include "kernels/sdpa_internal.h"
+
+/*
+ * A few query rows of batch b against the keys 0..klen[b]-1 of a cache
+ * k, v (B, Hkv, Tmax, D). Query row i sits at absolute position
+ * qpos0[b] + i; causal: key j visible iff j <= qpos0[b] + i. Rows
+ * i >= nrows[b] are skipped (out 0, lse empty). keep and bias (when set) are
+ * broadcast to (B, H, Tq, Tmax) and indexed by absolute key position.
+ */
+typedef struct attn__decode_plan {
+    attn_dtype dt;
+    int64_t B, H, Hkv, G, Tq, D, Tmax;
+    double scale;
+    bool causal;
+    const int64_t *klen, *qpos0, *nrows; /* (B) each; qpos0 only with causal; nrows NULL = Tq */
+    bool has_keep, has_bias;
+    attn_view keep, bias;
+    int threads;    /* attn's threads for this call (resolved, >= 1) */
+    int64_t split;  /* keys per split requested (0 = automatic) */
+    int64_t nsplit; /* splits per (b, kv head), the most any call of this plan uses */
+    size_t per_thread, off_part, off_lse, off_pos, total; /* off_pos: (B) int64 */
+} attn__decode_plan;
+
+/* Rows of queries (G heads x Tq) one task handles together: above this, use attn_sdpa. */
+#define ATTN__DECODE_MAX_ROWS 64
+
+/*
+ * Fill the derived fields (threads, nsplit, workspace layout) of a plan whose
+ * shapes, scale, flags and options are set; ATTN_ERANGE when a size
+ * overflows. The layout depends only on the shapes and options, never on
+ * the lengths, so one workspace serves every step of a decoding loop.
+ */
+ATTN_HIDDEN attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads);
+
+/* Run a laid-out plan: q (B, H, Tq, D), out (B, H, Tq, D), lse (B, H, Tq) or NULL. */
+ATTN_HIDDEN attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q,
+                                         const attn_view *k, const attn_view *v,
+                                         const attn_view *out, const attn_view *lse,
+                                         void *work);
+
+#endif
