@@ -28,6 +28,7 @@
 #include "attn/kernels.h"
 #include "attn/layers.h"
 #include "attn/version.h"
+#include "bench_env.h"
 
 #define MAX_N       64   /* sequence lengths per sweep */
 #define MAX_CONFIGS 4    /* --quick sweeps four configurations */
@@ -57,6 +58,7 @@ typedef struct options {
     int64_t   n[MAX_N];
     int       nn;
     bool      quick, seed_table;
+    bool      threads_set, tuned_env; /* --threads given; --tuned-env */
     const char *csv, *json, *plot;
 } options;
 
@@ -88,6 +90,12 @@ typedef struct result {
 /* ---- small utilities ---------------------------------------------------- */
 
 static const char *prog = "attn-bench";
+static bench_env env; /* attn, BLAS, CPU, variables, date: in the header, CSV and JSON */
+
+/* The GEMM reference of one dtype, measured before the first and after the last sweep. */
+typedef struct reference {
+    double start, end, best, spread; /* GFLOP/s; spread = |start - end| / best */
+} reference;
 
 static void die(int code, const char *fmt, ...) {
     va_list ap;
@@ -105,7 +113,8 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Progress on stderr, only when it is a terminal (\r rewrites the line). */
+/* Progress on stderr when it is a terminal (\r rewrites the line); otherwise
+   main prints one line per finished n instead. */
 static bool progress_on;
 static void progress(const char *fmt, ...) {
     if (!progress_on)
@@ -252,7 +261,7 @@ static void bench_init(bench *b, const config *c, const options *o) {
         die(EXIT_USAGE, "attn_encoder_params_bind: %s", attn_strerror(st));
     b->opts.causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
     b->opts.algo = o->algo;
-    b->opts.threads = o->threads;
+    b->opts.threads = o->threads_set ? o->threads : 0; /* 0: attn's own choice, as users get */
 }
 
 static void bench_free_point(bench *b) {
@@ -572,10 +581,13 @@ static void write_csv_header(FILE *f) {
         fprintf(f, ",%s_frac_gemm", part_key[k]);
     for (int k = 0; k < NPARTS; ++k)
         fprintf(f, ",%s_ws_bytes", part_key[k]);
-    fprintf(f, ",theory_crossover,measured_crossover,crossover_kind\n");
+    fprintf(f, ",theory_crossover,measured_crossover,crossover_kind");
+    fprintf(f, ",gemm_gflops_start,gemm_gflops_end,gemm_spread,tuned_env,attn_version,blas_config,"
+               "blas_corename,blas_threading,blas_threads,omp_threads,cpu,env,date\n");
 }
 
-static void write_csv_rows(FILE *f, const result *r, const options *o, double peak) {
+static void write_csv_rows(FILE *f, const result *r, const options *o, const reference *ref) {
+    double peak = ref->best;
     const config *c = &r->cfg;
     for (int i = 0; i < r->np; ++i) {
         const point *p = &r->pt[i];
@@ -604,7 +616,11 @@ static void write_csv_rows(FILE *f, const result *r, const options *o, double pe
         fprintf(f, ",%.0f,", r->theory);
         if (!isnan(r->x.n))
             fprintf(f, "%.1f", r->x.n);
-        fprintf(f, ",%s\n", r->x.kind);
+        fprintf(f, ",%s", r->x.kind);
+        fprintf(f, ",%.3f,%.3f,%.4f,%d,%s,%s,%s,%s,%d,%d,%s,%s,%s\n", ref->start, ref->end,
+                ref->spread, o->tuned_env, env.attn, env.blas_config, env.blas_core,
+                env.blas_threading, env.blas_threads, env.omp_threads, env.cpu, env.vars,
+                env.date);
     }
     fflush(f);
 }
@@ -621,12 +637,15 @@ static void json_string(FILE *f, const char *s) {
 }
 
 static void write_json(const char *path, const result *res, int nres, const options *o,
-                       const double *peak) {
+                       const reference *const *refs) {
     FILE *f = fopen(path, "w");
     if (!f)
         die(1, "cannot write %s: %s", path, strerror(errno));
     fprintf(f, "{\n  \"program\": \"attn-bench\",\n  \"attn_version\": \"%s\",\n",
             ATTN_VERSION_STRING);
+    fprintf(f, "  \"environment\": {");
+    bench_env_json(f, &env);
+    fprintf(f, ", \"tuned_env\": %s},\n", o->tuned_env ? "true" : "false");
     fprintf(f, "  \"threads\": %d,\n  \"algo\": \"%s\",\n  \"reps\": %d,\n  \"warmup\": %d,\n",
             o->threads, algo_name(o->algo), o->reps, o->warmup);
     fprintf(f, "  \"gemm_reference\": \"%d^3\",\n  \"runs\": [\n", GEMM_REF);
@@ -638,9 +657,11 @@ static void write_json(const char *path, const result *res, int nres, const opti
                 (long long)c->d, (long long)c->heads, (long long)(c->d / c->heads),
                 (long long)c->ff, (long long)c->batch, dtype_name(c->dt),
                 c->causal ? "true" : "false");
-        fprintf(f, "     \"gemm_gflops\": %.3f, \"theory_crossover\": %.0f, "
-                   "\"theory_name\": \"%s\", ",
-                peak[r], R->theory, theory_name(c));
+        fprintf(f, "     \"gemm_gflops\": %.3f, \"gemm_gflops_start\": %.3f, "
+                   "\"gemm_gflops_end\": %.3f, \"gemm_spread\": %.4f,\n"
+                   "     \"theory_crossover\": %.0f, \"theory_name\": \"%s\", ",
+                refs[r]->best, refs[r]->start, refs[r]->end, refs[r]->spread, R->theory,
+                theory_name(c));
         if (isnan(R->x.n))
             fprintf(f, "\"measured_crossover\": null, ");
         else
@@ -772,7 +793,10 @@ static void usage(FILE *f) {
         "  --dtype f32|f64  element type (f32)\n"
         "  --causal         causal mask (masked tiles skipped)\n"
         "  --algo auto|tiled|materialized   sdpa algorithm (auto)\n"
-        "  --threads N      attn's and the BLAS's threads (all cores)\n"
+        "  --threads N      attn's and the BLAS's threads (default: what the\n"
+        "                   environment gives, as in a user's program)\n"
+        "  --tuned-env      also set OMP_WAIT_POLICY=PASSIVE and\n"
+        "                   OPENBLAS_THREAD_TIMEOUT=4 (unless already set)\n"
         "  --reps N         timed repetitions per part and n (5)\n"
         "  --warmup N       untimed repetitions before them (1)\n"
         "  --n LIST         sequence lengths, comma separated\n"
@@ -788,6 +812,7 @@ static void usage(FILE *f) {
         "                   3 reps after 1 warm-up\n"
         "  --seed-table     print only the analytic table of the lecture-7 seed\n"
         "                   (n 128..65536; d 768 unless --d) and exit\n"
+        "  --version        attn-bench's and attn's version\n"
         "  --help           this text\n"
         "Exit status: 0 done, 1 a library call failed, 2 bad arguments or a size\n"
         "that cannot be allocated.\n");
@@ -821,7 +846,8 @@ static int parse_list(const char *s, int64_t *out) {
 
 static const int64_t seed_ns[] = {128, 512, 1024, 4096, 16384, 65536};
 
-static const char *const switches[] = {"--help", "--causal", "--quick", "--seed-table", NULL};
+static const char *const switches[] = {"--help",      "--causal",    "--quick", "--version",
+                                       "--tuned-env", "--seed-table", NULL};
 static const char *const valued[] = {"--d",     "--heads", "--ff",   "--batch", "--dtype",
                                      "--algo",  "--threads", "--reps", "--warmup", "--n",
                                      "--nmin",  "--nmax",  "--csv",  "--json",  "--plot", NULL};
@@ -891,7 +917,7 @@ static void parse_args(int argc, char **argv, options *o) {
             else
                 die(EXIT_USAGE, "--algo wants auto, tiled or materialized, got '%s'", val);
         } else if (!strcmp(flag, "--threads")) {
-            o->threads = (int)parse_int(flag, val, 1, 1024);
+            o->threads = (int)parse_int(flag, val, 1, 1024), o->threads_set = true;
         } else if (!strcmp(flag, "--reps")) {
             o->reps = (int)parse_int(flag, val, 1, MAX_REPS), set_reps = true;
         } else if (!strcmp(flag, "--warmup")) {
@@ -910,6 +936,11 @@ static void parse_args(int argc, char **argv, options *o) {
             o->plot = val;
         } else if (!strcmp(flag, "--quick")) {
             o->quick = true;
+        } else if (!strcmp(flag, "--version")) {
+            printf("attn-bench (attn %s)\n", ATTN_VERSION_STRING);
+            exit(0);
+        } else if (!strcmp(flag, "--tuned-env")) {
+            o->tuned_env = true;
         } else { /* --seed-table, the last one in_list knows */
             o->seed_table = true;
         }
@@ -977,20 +1008,19 @@ static void parse_args(int argc, char **argv, options *o) {
 }
 
 /*
- * attn's own loops use OpenMP's team size and the BLAS its own thread count,
- * both read from the environment when the libraries load. To make --threads
- * govern both, set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS and re-execute
- * once; the sdpa options carry the same count.
+ * By default attn-bench changes nothing in the environment: its figures are
+ * what a user's program gets (attn manages its own threads and the BLAS's,
+ * docs/design.md "Threads and the BLAS").
  *
- * Also, unless the user set them, OPENBLAS_THREAD_TIMEOUT=4 and
- * OMP_WAIT_POLICY=PASSIVE. After a parallel section, the pthread OpenBLAS's
- * idle workers busy-wait for 2^28 cycles (about 0.1 s) and libgomp's for a
- * few milliseconds. On 2 cores the spinning thread of one side holds the
- * core the other side's next parallel section needs, which then finishes a
- * scheduler tick (about 4 ms) late: an attn_sdpa call that takes 0.4 ms alone
- * takes 4 to 8 ms after a threaded GEMM, and a projection after sdpa 3 ms
- * instead of 0.2. Both settings make the idle threads sleep at once; large
- * GEMMs do not notice. docs/benchmarks.md has the numbers.
+ * --threads N: attn's loops use OpenMP's team size and the BLAS its own
+ * thread count, both read from the environment when the libraries load, so
+ * set OMP_NUM_THREADS and OPENBLAS_NUM_THREADS and re-execute once; the sdpa
+ * options carry the same count.
+ *
+ * --tuned-env: also OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE,
+ * unless the user set them (idle BLAS and OpenMP workers sleep at once
+ * instead of spinning; the settings attn-bench used before attn managed its
+ * threads itself, kept to compare against).
  */
 #define NENV 4
 static const char *const thread_env[NENV][2] = {{"OPENBLAS_NUM_THREADS", NULL},
@@ -999,24 +1029,20 @@ static const char *const thread_env[NENV][2] = {{"OPENBLAS_NUM_THREADS", NULL},
                                                  {"OMP_WAIT_POLICY", "PASSIVE"}};
 
 static void apply_threads(options *o, char **argv) {
-    const char *env = getenv("OPENBLAS_NUM_THREADS");
-    if (!o->threads) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int from_env = env ? atoi(env) : 0;
-        o->threads = from_env > 0 ? from_env : cores > 0 ? (int)cores : 1;
-    }
     char want[16];
     snprintf(want, sizeof want, "%d", o->threads);
     bool same = true;
     for (int i = 0; i < NENV; ++i) {
         const char *have = getenv(thread_env[i][0]), *w = thread_env[i][1] ? thread_env[i][1] : want;
-        if (thread_env[i][1] && have) /* the user's own wait settings stay */
-            continue;
+        if (thread_env[i][1] ? !o->tuned_env || have : !o->threads_set)
+            continue; /* not asked for, or the user's own wait setting */
         if (!have || strcmp(have, w)) {
             same = false;
             setenv(thread_env[i][0], w, 1);
         }
     }
+    if (!o->threads_set) /* what attn's loops will run: OpenMP's team */
+        o->threads = omp_get_max_threads ? omp_get_max_threads() : 1;
     if (same)
         return;
     if (getenv("ATTN_BENCH_REEXEC")) {
@@ -1076,22 +1102,24 @@ int main(int argc, char **argv) {
         write_csv_header(csv);
 
     static result res[MAX_CONFIGS];
-    double peak[MAX_CONFIGS];
-    double peak_dt[3] = {0, 0, 0}; /* per dtype, measured once */
-    printf("attn-bench (attn %s): %d threads; OPENBLAS_CORETYPE=%s", ATTN_VERSION_STRING,
-           o.threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
-    for (int i = 2; i < NENV; ++i)
-        printf(" %s=%s", thread_env[i][0], getenv(thread_env[i][0]));
-    printf("\n");
+    static reference refs[3];              /* per dtype */
+    const reference *ref_of[MAX_CONFIGS];  /* per configuration */
+    bench_env_collect(&env);
+    printf("attn-bench (attn %s): %d threads%s\n", ATTN_VERSION_STRING, o.threads,
+           o.tuned_env ? "; --tuned-env: OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT as below"
+                       : "; the environment as given (nothing set by attn-bench)");
+    bench_env_print(stdout, "  ", &env);
+    bench_env_kernel_note(stdout, "  ", &env);
     for (int k = 0; k < o.ncfg; ++k) {
         const config *c = &o.cfg[k];
-        if (!peak_dt[c->dt]) {
-            peak_dt[c->dt] = gemm_reference(c->dt, &o);
+        reference *ref = &refs[c->dt];
+        if (!ref->start) {
+            ref->start = gemm_reference(c->dt, &o);
             progress("");
-            printf("Reference: attn_gemm %d^3 %s: %.1f GFLOP/s\n", GEMM_REF, dtype_name(c->dt),
-                   peak_dt[c->dt]);
+            printf("Reference at the start: attn_gemm %d^3 %s: %.1f GFLOP/s\n", GEMM_REF,
+                   dtype_name(c->dt), ref->start);
         }
-        peak[k] = peak_dt[c->dt];
+        ref_of[k] = ref;
         result *r = &res[k];
         r->cfg = *c;
         r->theory = theory_crossover(c);
@@ -1114,19 +1142,45 @@ int main(int argc, char **argv) {
                 p->ws[part] = b.wsz[part];
             }
             bench_free_point(&b);
+            if (!progress_on) /* a log, a pipe, CI: one line per finished n */
+                fprintf(stderr, "%s: d %lld%s n %lld done: linear %.2f ms, attention %.2f ms, "
+                        "block %.2f ms\n", prog, (long long)c->d, c->causal ? " causal" : "",
+                        (long long)o.n[i], 1e3 * p->t[LIN].med, 1e3 * p->t[ATT].med,
+                        1e3 * p->t[BLK].med);
             /* --quick stops a sweep once the attention core is the slower part */
             if (o.quick && p->t[ATT].med > p->t[LIN].med && r->np >= 2)
                 break;
         }
         bench_free(&b);
         progress("");
+    }
+    /* the reference again at the end: the better of the two counts, a large spread is flagged */
+    for (int dt = 0; dt < 3; ++dt) {
+        reference *ref = &refs[dt];
+        if (!ref->start)
+            continue;
+        ref->end = gemm_reference((attn_dtype)dt, &o);
+        progress("");
+        ref->best = ref->start > ref->end ? ref->start : ref->end;
+        ref->spread = fabs(ref->start - ref->end) / ref->best;
+        printf("\nReference attn_gemm %d^3 %s: %.1f GFLOP/s at the start, %.1f at the end; "
+               "%%gemm uses %.1f\n",
+               GEMM_REF, dtype_name((attn_dtype)dt), ref->start, ref->end, ref->best);
+        if (ref->spread > 0.10)
+            printf("WARNING: the reference moved by %.0f%% during the run (a busy machine?): "
+                   "the %%gemm columns are uncertain; check the load and run again\n",
+                   100 * ref->spread);
+    }
+    for (int k = 0; k < o.ncfg; ++k) {
+        result *r = &res[k];
+        print_config_header(&r->cfg, &o);
         r->x = find_crossover(r);
-        explain(r, peak[k]);
-        print_measured(r, &o, peak[k]);
+        explain(r, ref_of[k]->best);
+        print_measured(r, &o, ref_of[k]->best);
         print_crossover(r);
         fflush(stdout);
         if (csv)
-            write_csv_rows(csv, r, &o, peak[k]);
+            write_csv_rows(csv, r, &o, ref_of[k]);
     }
     if (o.ncfg > 1) {
         printf("\nSummary (measured crossover n vs theory):\n");
@@ -1140,7 +1194,7 @@ int main(int argc, char **argv) {
     if (csv && fclose(csv) != 0)
         die(1, "cannot write %s", o.csv);
     if (o.json)
-        write_json(o.json, res, o.ncfg, &o, peak);
+        write_json(o.json, res, o.ncfg, &o, ref_of);
     if (plot) {
         write_plot(o.plot, res, o.ncfg, o.threads);
         printf("Plot: %s\n", o.plot);

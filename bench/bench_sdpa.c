@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_env.h"
+
 static double clock_s(clockid_t id) {
     struct timespec t;
     clock_gettime(id, &t);
@@ -129,6 +131,10 @@ int main(int argc, char **argv) {
     if (reps < 1 || reps > 16) usage();
     if (nT == 0)
         for (int64_t T = 256; T <= 8192; T *= 2) Ts[nT++] = T;
+    bench_env env;
+    bench_env_collect(&env);
+    bench_env_print(stdout, "", &env);
+    bench_env_kernel_note(stdout, "", &env);
     double peak_cpu = 0, peak = do_gemm ? sgemm_gflops(2048, reps, &peak_cpu) : 0;
     if (do_gemm)
         printf("sgemm 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s wall, %.1f per CPU "

@@ -29,8 +29,8 @@ script), /proc/loadavg before and after, and --plot FILE.png (gnuplot).
 
 Both sides run under the same thread environment, set before torch is
 imported: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = --threads, and, unless
-set, OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE (attn-bench's own
-defaults; torch 1.13 here also mixes OpenMP with the pthread OpenBLAS).
+set, OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE (attn-bench --tuned-env's
+settings; torch 1.13 here also mixes OpenMP with the pthread OpenBLAS).
 """
 import argparse
 import csv

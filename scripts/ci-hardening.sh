@@ -10,7 +10,6 @@
 # option and suppression used here.
 set -e
 cd "$(dirname "$0")/.."
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
 fuzz_seconds="${ATTN_FUZZ_SECONDS:-60}"
 # A fixed libFuzzer seed: every CI run replays the same mutation sequence (as far
 # as its time allows), so a red fuzz step is a reproducible finding, not luck.

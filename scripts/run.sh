@@ -5,7 +5,6 @@
 # docs/benchmarks.md explains the output).
 set -e
 cd "$(dirname "$0")/.."
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
 sh scripts/deps.sh
 [ -d build-release/meson-private ] || meson setup build-release --buildtype=release
 meson setup --reconfigure build-release >/dev/null

@@ -3,7 +3,6 @@
 # Set up everything a fresh Debian machine needs, build attn, run the whole test suite.
 set -e
 cd "$(dirname "$0")/.."
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
 sh scripts/deps.sh
 [ -d build/meson-private ] || meson setup build --buildtype=debugoptimized
 meson setup --reconfigure build >/dev/null

@@ -41,6 +41,8 @@ expected="$expected,gemm_gflops"
 for p in lin attn mha block; do expected="$expected,${p}_frac_gemm"; done
 for p in lin attn mha block; do expected="$expected,${p}_ws_bytes"; done
 expected="$expected,theory_crossover,measured_crossover,crossover_kind"
+expected="$expected,gemm_gflops_start,gemm_gflops_end,gemm_spread,tuned_env,attn_version"
+expected="$expected,blas_config,blas_corename,blas_threading,blas_threads,omp_threads,cpu,env,date"
 
 # Recompute the analytic columns from the formulas: linear B(4 n d^2 + 2 n d F),
 # attention B 2 n^2 d (B n^2 d causal), MHA B 4 n d^2 + attention, block linear +
@@ -65,6 +67,11 @@ verify() { # csv, d, heads, ff, batch, causal, rows expected
           $col["batch"] != b || $col["causal"] != causal) { print "config columns wrong"; bad = 1 }
       if ($col["theory_crossover"] != (2 * d + f) * (causal ? 2 : 1)) { print "theory crossover wrong"; bad = 1 }
       if (!($col["gemm_gflops"] > 0)) { print "gemm_gflops not positive"; bad = 1 }
+      # the reference counted is the better of the start and end measurements
+      best = $col["gemm_gflops_start"] > $col["gemm_gflops_end"] ? $col["gemm_gflops_start"] : $col["gemm_gflops_end"]
+      if ($col["gemm_gflops"] != best) { print "gemm_gflops " $col["gemm_gflops"] " is not the better of start/end"; bad = 1 }
+      if ($col["attn_version"] == "" || $col["date"] !~ /^20[0-9][0-9]-[01][0-9]-[0-3][0-9]T/) { print "version or date missing"; bad = 1 }
+      if ($col["blas_threading"] !~ /^(pthread|openmp|serial|unknown)$/) { print "blas_threading " $col["blas_threading"]; bad = 1 }
       share = att / (lin + att)
       if ($col["attn_share"] - share > 1e-6 || share - $col["attn_share"] > 1e-6) { print "attn_share wrong"; bad = 1 }
     }
@@ -76,7 +83,8 @@ run() { # csv, then attn-bench arguments
   "$bench" --threads 1 --reps 1 --warmup 0 --csv "$out" "$@" >"$tmp/out" 2>"$tmp/err"
 }
 
-if run "$tmp/a.csv" --d 32 --heads 2 --n 8,16,32 --json "$tmp/a.json"; then
+if run "$tmp/a.csv" --d 32 --heads 2 --n 8,16,32 --json "$tmp/a.json" &&
+   cp "$tmp/err" "$tmp/a.err"; then
   ok "attn-bench --d 32 --heads 2 --n 8,16,32 runs"
 else
   not_ok "attn-bench --d 32 --heads 2 --n 8,16,32 runs"
@@ -87,6 +95,18 @@ check "analytic MACs/FLOPs (F = 4d) match the formulas" verify "$tmp/a.csv" 32 2
 check "JSON written with its runs" grep -q '"runs"' "$tmp/a.json"
 check "stdout has the analytic table and a crossover line" \
   sh -c "grep -q 'attn share' '$tmp/out' && grep -q '^Crossover: theory 6d = 192' '$tmp/out'"
+
+check "JSON records the environment (BLAS, kernel, CPU, variables, date)" \
+  sh -c "grep -q '\"blas_corename\"' '$tmp/a.json' && grep -q '\"cpu\"' '$tmp/a.json' && grep -q '\"date\"' '$tmp/a.json'"
+check "header names the BLAS and the CPU" sh -c "grep -q 'BLAS: ' '$tmp/out' && grep -q 'CPU: ' '$tmp/out'"
+check "stderr not a terminal: one progress line per finished n" \
+  test "$(grep -c ' done: linear ' "$tmp/a.err")" -eq 3
+check "by default the run leaves the wait settings alone" grep -q 'tuned_env": false' "$tmp/a.json"
+env -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT "$bench" --threads 1 --reps 1 --warmup 0 \
+  --n 8 --d 32 --heads 2 --tuned-env >"$tmp/out" 2>"$tmp/err"
+check "--tuned-env sets OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT" \
+  sh -c "grep -q 'OMP_WAIT_POLICY=PASSIVE' '$tmp/out' && grep -q 'OPENBLAS_THREAD_TIMEOUT=4' '$tmp/out'"
+check "--version names attn's version" sh -c "'$bench' --version | grep -q '^attn-bench (attn [0-9]'"
 
 run "$tmp/b.csv" --d 32 --heads 4 --ff 48 --batch 2 --causal --nmin 8 --nmax 32 --dtype f64 --algo tiled
 check "causal, batch 2, F 48, f64, --nmin/--nmax: MACs match the formulas" verify "$tmp/b.csv" 32 4 48 2 1 3

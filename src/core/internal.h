@@ -118,18 +118,27 @@ ATTN_HIDDEN size_t attn__gemm_pack_size(const attn_view *x, attn_trans t);
 ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
 
 /*
- * Threads and the BLAS (src/gemm.c; docs/design.md "Threads and the BLAS").
+ * Threads and the BLAS (src/core/threads.c; docs/design.md "Threads and the BLAS").
  * attn's own parallel loops run attn__threads(requested, tasks, flops)
- * threads: `requested` if > 0, else OpenMP's default team size, or 1 when
- * the call is smaller than ATTN__PARALLEL_MIN_FLOPS; never more than `tasks`;
- * 1 when OpenMP is off or nesting is inactive. A region that runs more than one
- * thread calls attn_gemm from each of them and must bracket itself with
- * attn__blas_serial_begin/end(nthreads), which make the BLAS single-threaded
- * for the duration (reference-counted; a no-op for nthreads <= 1 and for BLAS
- * builds that are already serial inside OpenMP regions).
+ * threads: `requested` if > 0, else OpenMP's default team size (the cores
+ * without OpenMP), or 1 when the call is automatic and smaller than
+ * ATTN__PARALLEL_MIN_FLOPS, or when the caller is inside an active OpenMP
+ * region; never more than `tasks` or ATTN__MAX_THREADS.
+ * attn__parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for
+ * every task in [0, ntasks), claimed one at a time in increasing order, on the
+ * caller's thread (tid 0) and up to nthreads - 1 of attn's pool workers (tids
+ * 1..); tid < nthreads always, so per-thread scratch can be indexed by it. It
+ * keeps every BLAS call inside the loop single-threaded (no-op for one thread)
+ * and returns when every task is done. Idle workers sleep after
+ * ATTN__SPIN_NS. attn__blas_serial_begin/end(nthreads) are that BLAS bracket
+ * on its own, reference-counted, for loops that do not go through the pool.
  */
 #define ATTN__PARALLEL_MIN_FLOPS 4e6
+#define ATTN__MAX_THREADS        256
+#define ATTN__SPIN_NS            50e3
+typedef void attn__task_fn(void *ctx, int64_t task, int tid);
 ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
+ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 ATTN_HIDDEN void attn__blas_serial_begin(int nthreads);
 ATTN_HIDDEN void attn__blas_serial_end(int nthreads);
 

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* attn's thread policy: how many threads a parallel loop runs, and keeping the BLAS serial inside them. */
+/* attn's thread policy: how many threads a parallel loop runs, who runs them, the BLAS inside. */
 #include <cblas.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "attn_config.h"
 #include "core/internal.h"
@@ -11,59 +15,74 @@
 #endif
 
 /*
- * Threads and the BLAS (docs/design.md has the measurements).
+ * Threads and the BLAS (docs/design.md "Threads and the BLAS" has the
+ * measurements behind every rule here).
  *
- * attn parallelizes its own loops (batch x head x query block) with OpenMP
- * and calls attn_gemm on small tiles from every thread. Those calls must run
- * single-threaded inside the BLAS, or the BLAS's own threads oversubscribe
- * the cores (and Debian's pthread OpenBLAS contends with itself when called
- * from two threads at once). Large products issued outside such a region keep
- * the BLAS's threads.
+ * attn parallelizes its own loops (batch x head x query block) and calls
+ * attn_gemm on small tiles from every thread. Two things decide its speed
+ * inside a host program that makes its own BLAS calls:
  *
- * - OpenBLAS built with OpenMP (openblas_get_parallel() == 2) is already
- *   serial inside an active OpenMP region: nothing to do.
- * - OpenBLAS built with pthreads (== 1) has only the process-wide
- *   openblas_set_num_threads(). The first region to begin saves the current
- *   count and sets 1; the last to end restores it (a counter under a mutex, so
- *   concurrent attn calls from several user threads nest correctly). While any
- *   region is active, *every* OpenBLAS call in the process is single-threaded,
- *   including other user threads' calls.
- * - A sequential BLAS, or one attn cannot control, is left alone.
+ * 1. Who waits how. libgomp's idle workers spin for ~300000 pause loops
+ *    (milliseconds on recent Intel cores) after every region unless
+ *    OMP_WAIT_POLICY says otherwise, and the team's master spins at the end
+ *    barrier for a worker that another process has descheduled. On a machine
+ *    where the BLAS's own workers (pthread OpenBLAS: sched_yield loops for
+ *    2^28 cycles after each threaded call) or another process want the same
+ *    core, that spinning is what made attn up to 30x slower than with
+ *    OMP_WAIT_POLICY=PASSIVE. A library may not set the environment for its
+ *    user, so attn runs its loops on its own pool (attn__parallel_for below),
+ *    with either OpenBLAS build (running them in libgomp's team instead, with
+ *    the OpenMP build, measured worse: sdpa T 64 8 ms in some runs, as before):
+ *    workers spin ~ATTN__SPIN_NS and then sleep on a condition variable, the
+ *    caller's thread takes tasks too, and tasks are claimed one at a time, so
+ *    a worker that is not running when the loop starts simply never joins:
+ *    the caller waits only for tasks already under way, and sleeps meanwhile.
+ *
+ * 2. The BLAS inside a loop. Every tile product must run single-threaded, or
+ *    the BLAS's threads oversubscribe the cores:
+ *    - OpenBLAS built with OpenMP (openblas_get_parallel() == 2) threads a call
+ *      by the calling thread's OpenMP nthreads ICV. The pool's workers set
+ *      theirs to 1 once (they are attn's threads); the caller's thread sets its
+ *      own to 1 for the duration of its share of the loop and restores it.
+ *      Nothing process-wide changes.
+ *    - OpenBLAS built with pthreads (== 1) has one process-wide count (in
+ *      0.3.21 openblas_set_num_threads_local is the same global setting). The
+ *      first loop to begin saves openblas_get_num_threads() and sets 1, the
+ *      last to end restores it, unless somebody else changed it meanwhile
+ *      (then theirs stays). With NO_AFFINITY builds (Debian's) the call only
+ *      stores the count: no thread is created, woken or stopped. While a loop
+ *      runs, another user thread's BLAS call is single-threaded too.
+ *    - A sequential BLAS, or one attn cannot steer, is left alone.
+ *
+ * The pool serves one loop at a time; a loop that finds it busy (attn called
+ * from several user threads at once) runs on its caller's thread alone. The
+ * pool's threads are created on first use, never more than a loop asked for,
+ * and live until the process ends (after fork(), the child starts a new pool).
  */
+
+/* ---- the BLAS inside a loop -------------------------------------------------- */
+
+enum { BLAS_UNKNOWN = -1, BLAS_SERIAL = 0, BLAS_PTHREAD = 1, BLAS_OPENMP = 2 };
+
+static int blas_parallel(void) {
+#if ATTN_HAVE_OPENBLAS_GET_PARALLEL
+    return openblas_get_parallel();
+#elif ATTN_HAVE_OPENBLAS_THREADS
+    return BLAS_PTHREAD; /* an OpenBLAS too old to say: assume the process-wide count */
+#else
+    return BLAS_UNKNOWN;
+#endif
+}
+
 #if ATTN_HAVE_OPENBLAS_THREADS
 static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
 static int serial_depth;     /* active serial regions */
 static int serial_saved = 1; /* the BLAS thread count to restore */
-
-static bool blas_needs_serial(void) {
-#if ATTN_HAVE_OPENBLAS_GET_PARALLEL
-    return openblas_get_parallel() == 1;
-#else
-    return true;
 #endif
-}
-#endif
-
-int attn__threads(int requested, int64_t tasks, double flops) {
-    int n = 1;
-#if ATTN_HAVE_OPENMP
-    if (omp_get_active_level() < omp_get_max_active_levels())
-        n = requested > 0 ? requested : omp_get_max_threads();
-    /* automatic: a fork/join costs ~10 us idle, and ms when another process holds a core */
-    if (requested == 0 && flops < ATTN__PARALLEL_MIN_FLOPS)
-        n = 1;
-#else
-    (void)requested;
-    (void)flops;
-#endif
-    if (tasks < n)
-        n = tasks > 1 ? (int)tasks : 1;
-    return n < 1 ? 1 : n;
-}
 
 void attn__blas_serial_begin(int nthreads) {
 #if ATTN_HAVE_OPENBLAS_THREADS
-    if (nthreads <= 1 || !blas_needs_serial())
+    if (nthreads <= 1 || blas_parallel() != BLAS_PTHREAD)
         return;
     pthread_mutex_lock(&serial_lock);
     if (serial_depth++ == 0) {
@@ -79,13 +98,229 @@ void attn__blas_serial_begin(int nthreads) {
 
 void attn__blas_serial_end(int nthreads) {
 #if ATTN_HAVE_OPENBLAS_THREADS
-    if (nthreads <= 1 || !blas_needs_serial())
+    if (nthreads <= 1 || blas_parallel() != BLAS_PTHREAD)
         return;
     pthread_mutex_lock(&serial_lock);
-    if (--serial_depth == 0 && serial_saved > 1)
+    /* restore only our own 1: a count the caller set meanwhile is theirs to keep */
+    if (--serial_depth == 0 && serial_saved > 1 && openblas_get_num_threads() == 1)
         openblas_set_num_threads(serial_saved);
     pthread_mutex_unlock(&serial_lock);
 #else
     (void)nthreads;
 #endif
+}
+
+/* ---- how many threads --------------------------------------------------------- */
+
+int attn__threads(int requested, int64_t tasks, double flops) {
+    int n = 1;
+#if ATTN_HAVE_OPENMP
+    /* inside the caller's active OpenMP region: its threads already use the cores */
+    if (omp_get_active_level() < omp_get_max_active_levels())
+        n = requested > 0 ? requested : omp_get_max_threads();
+#else
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = requested > 0 ? requested : cores > 0 ? (int)cores : 1;
+#endif
+    /* automatic: waking a worker costs ~10 us idle, and a scheduler slice when
+       another process holds its core; small calls run on the caller's thread */
+    if (requested == 0 && flops < ATTN__PARALLEL_MIN_FLOPS)
+        n = 1;
+    if (n > ATTN__MAX_THREADS)
+        n = ATTN__MAX_THREADS;
+    if (tasks < n)
+        n = tasks > 1 ? (int)tasks : 1;
+    return n < 1 ? 1 : n;
+}
+
+/* ---- the pool ------------------------------------------------------------------ */
+
+typedef struct job {
+    attn__task_fn *fn;
+    void          *ctx;
+    int64_t        n;
+    atomic_llong   next;   /* the next unclaimed task */
+    int            want;   /* workers that may join (nthreads - 1) */
+    int            joined; /* under pool.lock: tids 1..joined are taken */
+    atomic_int     busy;   /* joined workers not yet done (changed under pool.lock) */
+} job;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t  wake; /* a job was posted */
+    pthread_cond_t  done; /* a job's last worker finished */
+    atomic_uint     gen;  /* bumped at every post */
+    job            *cur;  /* the job workers may join, or NULL */
+    int             nworkers;
+    bool            in_use;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 0,
+          NULL, 0, false};
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_after_fork(void) {
+    /* the child has none of the parent's workers: start over */
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.cur = NULL;
+    pool.nworkers = 0;
+    pool.in_use = false;
+}
+
+static void pool_register(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e9 * (double)t.tv_sec + (double)t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin until *gen moves away from seen, at most ATTN__SPIN_NS; true if it did. */
+static bool spin_gen(unsigned seen) {
+    double until = 0;
+    for (int i = 0;; ++i) {
+        if (atomic_load_explicit(&pool.gen, memory_order_acquire) != seen)
+            return true;
+        if ((i & 63) == 0) {
+            double t = now_ns();
+            if (until == 0)
+                until = t + ATTN__SPIN_NS;
+            else if (t > until)
+                return false;
+        }
+        cpu_relax();
+    }
+}
+
+static void run_tasks(job *j, int tid) {
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (t >= j->n)
+            return;
+        j->fn(j->ctx, t, tid);
+    }
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+#if ATTN_HAVE_OPENMP
+    omp_set_num_threads(1); /* this thread's ICV: an OpenMP BLAS called from here is serial */
+#endif
+    unsigned seen = atomic_load(&pool.gen);
+    for (;;) {
+        spin_gen(seen);
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.gen) == seen)
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        seen = atomic_load(&pool.gen);
+        job *j = pool.cur;
+        int tid = 0;
+        if (j && j->joined < j->want) {
+            tid = ++j->joined;
+            atomic_fetch_add(&j->busy, 1);
+        } else {
+            j = NULL;
+        }
+        pthread_mutex_unlock(&pool.lock);
+        if (!j)
+            continue;
+        run_tasks(j, tid);
+        pthread_mutex_lock(&pool.lock);
+        if (atomic_fetch_sub(&j->busy, 1) == 1)
+            pthread_cond_signal(&pool.done);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    return NULL;
+}
+
+/* Under pool.lock: at least k workers, or as many as could be created. */
+static int ensure_workers(int k) {
+    if (pool.nworkers >= k)
+        return k;
+    pthread_once(&pool_once, pool_register);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old); /* the user's signals go to the user's threads */
+    pthread_attr_t attr;
+    bool attr_ok = pthread_attr_init(&attr) == 0;
+    if (attr_ok)
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while (pool.nworkers < k) {
+        pthread_t t;
+        if (pthread_create(&t, attr_ok ? &attr : NULL, worker_main, NULL) != 0)
+            break;
+        if (!attr_ok)
+            pthread_detach(t);
+        pool.nworkers++;
+    }
+    if (attr_ok)
+        pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return pool.nworkers < k ? pool.nworkers : k;
+}
+
+static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
+    for (int64_t t = 0; t < ntasks; ++t)
+        fn(ctx, t, 0);
+}
+
+void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
+    if (nthreads > ntasks)
+        nthreads = (int)ntasks;
+    if (nthreads <= 1) {
+        run_serial(ntasks, fn, ctx);
+        return;
+    }
+    job j = {.fn = fn, .ctx = ctx, .n = ntasks, .want = nthreads - 1};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.busy, 0);
+    pthread_mutex_lock(&pool.lock);
+    if (pool.in_use) { /* another user thread's loop has the pool */
+        pthread_mutex_unlock(&pool.lock);
+        run_serial(ntasks, fn, ctx);
+        return;
+    }
+    j.want = ensure_workers(j.want);
+    pool.in_use = true;
+    pthread_mutex_unlock(&pool.lock);
+
+    attn__blas_serial_begin(j.want + 1); /* before any task runs */
+    pthread_mutex_lock(&pool.lock);
+    pool.cur = &j;
+    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+#if ATTN_HAVE_OPENMP
+    int icv = omp_get_max_threads(); /* the caller's; an OpenMP BLAS reads it per call */
+    if (icv > 1)
+        omp_set_num_threads(1);
+#endif
+    run_tasks(&j, 0);
+#if ATTN_HAVE_OPENMP
+    if (icv > 1)
+        omp_set_num_threads(icv);
+#endif
+
+    /* wait only for workers that joined: briefly awake, then asleep */
+    double until = now_ns() + ATTN__SPIN_NS;
+    while (atomic_load(&j.busy) > 0 && now_ns() < until)
+        for (int i = 0; i < 64; ++i)
+            cpu_relax();
+    pthread_mutex_lock(&pool.lock);
+    pool.cur = NULL; /* a worker waking from now on joins nothing */
+    while (atomic_load(&j.busy) > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pool.in_use = false;
+    pthread_mutex_unlock(&pool.lock);
+    attn__blas_serial_end(j.want + 1);
 }

@@ -2,13 +2,8 @@
 /* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
 #include <math.h>
 
-#include "attn_config.h"
 #include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
-
-#if ATTN_HAVE_OPENMP
-#include <omp.h>
-#endif
 
 #define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
 #define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */
@@ -16,11 +11,24 @@
 
 /*
  * The row and elementwise kernels' parallel loop: tasks [0, ntasks) split in
- * equal contiguous ranges among attn__threads(0, ntasks, flops) threads, so a
- * small call never forks (its cost is one call of fn). `flops` is the work in
+ * contiguous ranges run on attn__threads(0, ntasks, flops) threads of
+ * attn__parallel_for (src/core/threads.c), so a small call never leaves its
+ * thread (its cost is one call of fn). `flops` is the work in
  * flop-equivalents: K_ACT_FLOPS per GELU element, K_MEM_FLOPS per element of a
  * memory-bound pass (an add reads and writes about 12 bytes for one flop).
  */
+typedef struct k_range {
+    int64_t n, nblk;
+    void (*fn)(void *, int64_t, int64_t);
+    void *ctx;
+} k_range;
+
+static void k_range_task(void *c, int64_t t, int tid) {
+    const k_range *r = c;
+    (void)tid;
+    r->fn(r->ctx, r->n * t / r->nblk, r->n * (t + 1) / r->nblk);
+}
+
 void attn__k_parallel(int64_t ntasks, double flops, void (*fn)(void *, int64_t, int64_t),
                       void *ctx) {
     int nt = attn__threads(0, ntasks, flops);
@@ -28,15 +36,9 @@ void attn__k_parallel(int64_t ntasks, double flops, void (*fn)(void *, int64_t, 
         fn(ctx, 0, ntasks);
         return;
     }
-#if ATTN_HAVE_OPENMP
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t id = omp_get_thread_num(), k = omp_get_num_threads();
-        fn(ctx, ntasks * id / k, ntasks * (id + 1) / k);
-    }
-#else
-    fn(ctx, 0, ntasks);
-#endif
+    /* four contiguous blocks per thread, claimed one at a time from attn's pool */
+    k_range r = {ntasks, ntasks < 4 * (int64_t)nt ? ntasks : 4 * (int64_t)nt, fn, ctx};
+    attn__parallel_for(nt, r.nblk, k_range_task, &r);
 }
 
 /* Axes of a broadcast sum, with strides in the source (dy) and destination (db). */

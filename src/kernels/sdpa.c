@@ -225,6 +225,24 @@ attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q, const 
     return fwd_layout(&c, &ntasks, &nt, bytes);
 }
 
+/* One task of attn__sdpa_run's loop (attn__parallel_for): task t is (b, h, query block). */
+typedef struct fwd_loop {
+    const fwd_ctx *c;
+    int64_t        nqb;
+    void          *work;
+} fwd_loop;
+
+static void fwd_one(void *arg, int64_t t, int tid) {
+    const fwd_loop *l = arg;
+    const attn__sdpa_plan *p = l->c->p;
+    int64_t qb = l->nqb - 1 - t % l->nqb, bh = t / l->nqb;
+    char *wsp = (char *)l->work + (size_t)tid * l->c->per_thread;
+    if (p->dt == ATTN_F32)
+        fwd_task_f32(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+    else
+        fwd_task_f64(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+}
+
 void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
                     const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
                     void *work, size_t work_size) {
@@ -241,25 +259,9 @@ void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vie
     bool idle = p->Dv == 0 && !lse && (!weights || p->Tk == 0);
     if (ntasks == 0 || idle)
         return;
-    int64_t nqb = (p->Tq + p->bq - 1) / p->bq;
-    attn__blas_serial_begin(nt);
     /* tasks (b, h, query block), the costliest (last, under causal) first */
-#if ATTN_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-#endif
-    for (int64_t t = 0; t < ntasks; ++t) {
-        int tid = 0;
-#if ATTN_HAVE_OPENMP
-        tid = omp_get_thread_num();
-#endif
-        int64_t qb = nqb - 1 - t % nqb, bh = t / nqb;
-        char *wsp = (char *)work + (size_t)tid * c.per_thread;
-        if (p->dt == ATTN_F32)
-            fwd_task_f32(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
-        else
-            fwd_task_f64(&c, bh / p->H, bh % p->H, qb * p->bq, wsp);
-    }
-    attn__blas_serial_end(nt);
+    fwd_loop loop = {&c, (p->Tq + p->bq - 1) / p->bq, work};
+    attn__parallel_for(nt, ntasks, fwd_one, &loop);
 }
 
 /* The public door: check -> size -> acquire workspace -> run. */

@@ -197,6 +197,19 @@ attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *
     return workspace(&c, &s, bytes);
 }
 
+/* One task of a pass (attn__parallel_for), in the thread's own scratch. */
+typedef struct bwd_loop {
+    const bwd_ctx   *c;
+    const bwd_sched *s;
+    int              pass;
+    void            *work;
+} bwd_loop;
+
+static void bwd_one(void *arg, int64_t t, int tid) {
+    const bwd_loop *l = arg;
+    run_task(l->c, l->s, l->pass, t, (char *)l->work + (size_t)tid * l->c->per_thread);
+}
+
 void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
                              const attn_view *v, const attn_view *out, const attn_view *lse,
                              const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
@@ -216,18 +229,8 @@ void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const
             continue;
         int nt = s.nthreads < n ? s.nthreads : (int)n;
         ATTN_ASSERT((size_t)nt * c.per_thread <= work_size);
-        attn__blas_serial_begin(nt);
-#if ATTN_HAVE_OPENMP
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1)
-#endif
-        for (int64_t t = 0; t < n; ++t) {
-            int tid = 0;
-#if ATTN_HAVE_OPENMP
-            tid = omp_get_thread_num();
-#endif
-            run_task(&c, &s, pass, t, (char *)work + (size_t)tid * c.per_thread);
-        }
-        attn__blas_serial_end(nt);
+        bwd_loop loop = {&c, &s, pass, work};
+        attn__parallel_for(nt, n, bwd_one, &loop);
     }
 }
 
