@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "attn/ring.h"
+#include "kernels/lse_merge.h"    /* the softmax merge, shared with split-KV decode */
 #include "kernels/sdpa_internal.h" /* the sdpa plan and runs; ATTN__SDPA_LSE_EMPTY */
 
 /* clang-format off */

@@ -22,37 +22,21 @@ static void SFX(zero_out)(const attn_view *out) {
  * Fold one partial result into the running one, for the query rows
  * [q0, q0 + nq) of out (B, H, T, Dv), running statistics (rm, rl) (B, H, T):
  * piece out p (B, H, nq, Dv) and its row max pm and sum pl (B, H, nq), all in
- * double but out and p. With M = max(rm, pm), a = rl e^(rm - M), c = pl e^(pm - M):
- *   out := (a out + c p) / (a + c),  (rm, rl) := (M, a + c)
- * (Milakov and Gimelshein's online softmax, block-wise), exact at any logit
- * magnitude: no lse is formed until the end. A piece row that saw no key
- * (pl = 0) is skipped; the first real piece of a row is copied exactly. NaN
- * propagates.
+ * double but out and p, row by row through attn__softmax_merge_row
+ * (kernels/lse_merge.h), exact at any logit magnitude: no lse is formed
+ * until the end.
  */
-static void SFX(merge)(const attn_view *out, double *rm, double *rl, const T *p, const double *pm,
-                       const double *pl, int64_t q0, int64_t nq) {
+static void SFX(merge)(const attn_view *out, double *rm, double *rl, const T *p,
+                       const double *pm, const double *pl, int64_t q0, int64_t nq) {
     int64_t B = out->shape[0], H = out->shape[1], Tr = out->shape[2], Dv = out->shape[3];
     int64_t sd = out->stride[3];
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t i = 0; i < nq; ++i) {
                 int64_t pr = (b * H + h) * nq + i, at = (b * H + h) * Tr + q0 + i;
-                double m = pm[pr], l = pl[pr];
-                const T *pv = p + pr * Dv;
-                T *o = SFX(row)(out, b, h, q0 + i);
-                if (l == 0)
-                    continue;
-                if (rl[at] == 0) {
-                    for (int64_t d = 0; d < Dv; ++d)
-                        o[d * sd] = pv[d];
-                    rm[at] = m, rl[at] = l;
-                    continue;
-                }
-                double M = rm[at] > m ? rm[at] : m;
-                double a = rl[at] * exp(rm[at] - M), c = l * exp(m - M), s = a + c;
-                for (int64_t d = 0; d < Dv; ++d)
-                    o[d * sd] = (T)((a * (double)o[d * sd] + c * (double)pv[d]) / s);
-                rm[at] = M, rl[at] = s;
+                SFX(attn__softmax_merge_row)
+                (SFX(row)(out, b, h, q0 + i), sd, &rm[at], &rl[at], p + pr * Dv, pm[pr], pl[pr],
+                 Dv);
             }
 }
 
@@ -65,8 +49,7 @@ static void SFX(store_lse)(const attn_view *lse, const double *rm, const double 
             for (int64_t i = 0; i < Tr; ++i) {
                 int64_t at = (b * H + h) * Tr + i;
                 double l = rl[at];
-                o[i * lse->stride[2]] =
-                    (T)(l == 0 ? ATTN__SDPA_LSE_EMPTY : rm[at] + log(l));
+                o[i * lse->stride[2]] = (T)(l == 0 ? ATTN__SDPA_LSE_EMPTY : rm[at] + log(l));
             }
         }
 }
