@@ -13,6 +13,20 @@ Runs attn-bench (subprocess, --csv) and times PyTorch on the same shapes:
 all in eval mode under torch.inference_mode(), and prints both times and
 their ratio. Run with Debian's python3-torch: /usr/bin/python3 bench/compare_torch.py
 
+--encoder: the block alone, forward and training step, on the weights as
+PyTorch lays them out (attn-bench-encoder: attn sees in_proj_weight and the
+(out, in) matrices through strides, so Q, K, V are one GEMM), against
+nn.TransformerEncoderLayer(norm_first=True, activation="gelu", dropout=0):
+  fwd    eval, no_grad (non-causal: torch's fused fast path; causal: its
+         regular path, the fast path takes no src_mask in 1.13)
+  train  the layer in train mode, out = layer(x); out.backward(dout) with x
+         and every parameter requiring grad; attn: forward into the cache,
+         then attn_encoder_backward with every gradient
+  mha    nn.MultiheadAttention / attn_mha_forward, forward only
+for T = 64..8192, causal and not, with --blas openmp|pthread putting both
+sides on the same Debian OpenBLAS build (LD_LIBRARY_PATH, re-executing this
+script), /proc/loadavg before and after, and --plot FILE.png (gnuplot).
+
 Both sides run under the same thread environment, set before torch is
 imported: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = --threads, and, unless
 set, OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE (attn-bench --tuned-env's
@@ -20,8 +34,10 @@ settings; torch 1.13 here also mixes OpenMP with the pthread OpenBLAS).
 """
 import argparse
 import csv
+import ctypes
 import glob
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +46,7 @@ import time
 
 torch = F = None  # imported in main(), after the thread environment is set
 
+DEFAULT_N = "256,512,1024,2048,4096"
 PARTS = [("lin", "linear (QKVO + FFN)"), ("attn", "attention core"),
          ("mha", "MultiheadAttention"), ("block", "TransformerEncoderLayer")]
 
@@ -90,6 +107,155 @@ def torch_times(a, n, dtype):
         return {k: timeit(fn, a.reps, a.warmup) for k, fn in fns.items()}
 
 
+def find_exe(root, name):
+    for cand in [os.path.join(root, "build-release", "bench", name)] + sorted(
+            glob.glob(os.path.join(root, "build*", "bench", name))):
+        if os.access(cand, os.X_OK):
+            return cand
+    sys.exit(f"compare_torch.py: no {name} under build*/bench; build it (meson setup "
+             "build-release --buildtype=release && meson compile -C build-release)")
+
+
+def loadavg():
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
+
+
+def blas_info():
+    """The BLAS libraries this process mapped, and OpenBLAS's kernel and threading."""
+    with open("/proc/self/maps") as fh:
+        paths = sorted({l.split()[-1] for l in fh if "openblas" in l or "mkl" in l})
+    core = par = "?"
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            core = lib.openblas_get_corename().decode()
+            par = {0: "sequential", 1: "pthread", 2: "openmp"}.get(lib.openblas_get_parallel(), "?")
+            break
+        except (OSError, AttributeError):
+            continue
+    return paths, core, par
+
+
+def torch_encoder_times(a, n, causal):
+    """Median seconds of torch's fwd, train step and MHA for sequence length n."""
+    torch.manual_seed(0)
+    d, h, f, b = a.d, a.heads, a.ff, a.batch
+    layer = torch.nn.TransformerEncoderLayer(d, h, f, dropout=0.0, activation="gelu",
+                                             batch_first=True, norm_first=True)
+    x = torch.randn(b, n, d)
+    mask = torch.triu(torch.full((n, n), float("-inf")), 1) if causal else None
+    out = {}
+    layer.eval()
+    with torch.no_grad():
+        out["fwd"] = timeit(lambda: layer(x, src_mask=mask), a.reps, a.warmup)
+        out["mha"] = timeit(lambda: layer.self_attn(x, x, x, need_weights=False,
+                                                    attn_mask=mask), a.reps, a.warmup)
+    if a.train:
+        layer.train()
+        xg = x.clone().requires_grad_(True)
+        dout = torch.randn(b, n, d)
+
+        def step():
+            layer(xg, src_mask=mask).backward(dout)
+        out["train"] = timeit(step, a.reps, a.warmup)
+    return out
+
+
+def plot(rows, path):
+    gp = shutil.which("gnuplot")
+    if not gp:
+        print("compare_torch.py: no gnuplot, no plot", file=sys.stderr)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        blocks = []
+        for causal in (0, 1):
+            for key in ("fwd", "train"):
+                fn = os.path.join(tmp, f"{key}{causal}.dat")
+                with open(fn, "w") as fh:
+                    for r in rows:
+                        if r["causal"] == causal and r.get(f"torch_{key}"):
+                            fh.write(f"{r['n']} {r['attn_' + key]} {r['torch_' + key]}\n")
+                blocks.append((causal, key, fn))
+        script = [f"set terminal pngcairo size 1200,900 font ',10'", f"set output '{path}'",
+                  "set multiplot layout 2,2 title 'encoder block: attn vs PyTorch 1.13, "
+                  "same OpenBLAS and threads'",
+                  "set logscale xy", "set grid", "set xlabel 'T'", "set ylabel 'ms'",
+                  "set key top left"]
+        for causal, key, fn in blocks:
+            title = ("forward (inference)" if key == "fwd" else "training step (fwd + bwd)") + \
+                (", causal" if causal else "")
+            script += [f"set title '{title}'",
+                       f"plot '{fn}' using 1:2 with linespoints title 'attn', "
+                       f"'' using 1:3 with linespoints title 'torch'"]
+        script.append("unset multiplot")
+        subprocess.run([gp], input="\n".join(script), text=True, check=True)
+
+
+def encoder_main(a, root):
+    bench = a.bench or find_exe(root, "attn-bench-encoder")
+    global torch
+    import torch  # noqa: F811 (after the thread environment is set)
+    torch.set_num_threads(a.threads)
+    torch.mm(torch.ones(64, 64), torch.ones(64, 64))  # loads the BLAS
+    paths, core, par = blas_info()
+    load0 = loadavg()
+    rows = []
+    modes = {"no": [0], "yes": [1], "both": [0, 1]}[a.causal_mode]
+    for causal in modes:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "enc.csv")
+            cmd = [bench, "--d", str(a.d), "--heads", str(a.heads), "--ff", str(a.ff),
+                   "--batch", str(a.batch), "--threads", str(a.threads), "--reps", str(a.reps),
+                   "--warmup", str(a.warmup), "--n", a.n, "--csv", out]
+            cmd += ["--causal"] if causal else []
+            cmd += [] if a.train else ["--no-train"]
+            print("running:", " ".join(cmd), file=sys.stderr)
+            subprocess.run(cmd, check=True)
+            with open(out) as fh:
+                ours = {int(r["n"]): r for r in csv.DictReader(fh)}
+        for n in [int(s) for s in a.n.split(",")]:
+            t = torch_encoder_times(a, n, causal)
+            o = ours[n]
+            r = {"n": n, "causal": causal, "gemm": float(o["gemm_gflops"]),
+                 "attn_fwd": float(o["fwd_ms"]), "torch_fwd": 1e3 * t["fwd"],
+                 "attn_mha": float(o["mha_ms"]), "torch_mha": 1e3 * t["mha"],
+                 "fwd_rate": float(o["fwd_gflops"]), "mha_rate": float(o["mha_gflops"]),
+                 "attn_train": float(o["train_ms"]) if a.train else 0.0,
+                 "torch_train": 1e3 * t["train"] if a.train else 0.0,
+                 "attn_bwd": float(o["bwd_ms"]) if a.train else 0.0}
+            rows.append(r)
+            print(f"  T {n} {'causal' if causal else 'non-causal'} done", file=sys.stderr)
+    load1 = loadavg()
+    print(f"attn vs PyTorch {torch.__version__}: encoder block, d {a.d}, {a.heads} heads, "
+          f"F {a.ff}, B {a.batch}, f32, pre-norm, GELU erf; {a.threads} threads both sides; "
+          f"OpenBLAS {par}, kernel {core} ({', '.join(sorted({os.path.dirname(p) for p in paths}))}); "
+          f"median of {a.reps} after {a.warmup} warm-up; loadavg {load0} before, {load1} after")
+    print("torch/attn > 1: attn faster. block/mha %: GFLOP/s of the call against the in-run "
+          "2048^3 sgemm")
+    hdr = (f"{'T':>5} {'mask':>6} | {'fwd attn':>9} {'torch':>9} {'t/a':>5} | "
+           f"{'train attn':>10} {'torch':>9} {'t/a':>5} | {'bwd/fwd':>7} | {'mha attn':>9} "
+           f"{'torch':>9} {'t/a':>5} | {'block%':>6} {'mha%':>5}")
+    print(hdr)
+    for r in rows:
+        tr = (f"{r['attn_train']:>10.2f} {r['torch_train']:>9.2f} "
+              f"{r['torch_train'] / r['attn_train']:>5.2f}" if a.train else f"{'-':>26}")
+        bf = r["attn_bwd"] / r["attn_fwd"] if a.train else 0.0
+        print(f"{r['n']:>5} {'causal' if r['causal'] else 'none':>6} | {r['attn_fwd']:>9.2f} "
+              f"{r['torch_fwd']:>9.2f} {r['torch_fwd'] / r['attn_fwd']:>5.2f} | {tr} | "
+              f"{bf:>7.2f} | {r['attn_mha']:>9.2f} {r['torch_mha']:>9.2f} "
+              f"{r['torch_mha'] / r['attn_mha']:>5.2f} | {100 * r['fwd_rate'] / r['gemm']:>5.0f}% "
+              f"{100 * r['mha_rate'] / r['gemm']:>4.0f}%")
+    if a.csv:
+        with open(a.csv, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+    if a.plot:
+        plot(rows, a.plot)
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,23 +264,44 @@ def main():
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--ff", type=int, default=0, help="0 -> 4d")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--n", default="256,512,1024,2048,4096")
+    p.add_argument("--n", default=DEFAULT_N)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--dtype", choices=["f32", "f64"], default="f32")
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--csv", help="also write the side-by-side table here")
+    p.add_argument("--encoder", action="store_true",
+                   help="the block forward and training step (attn-bench-encoder), see above")
+    p.add_argument("--causal-mode", choices=["no", "yes", "both"], default="both",
+                   help="--encoder: which masks (both)")
+    p.add_argument("--no-train", dest="train", action="store_false",
+                   help="--encoder: forward only")
+    p.add_argument("--blas", choices=["openmp", "pthread"],
+                   help="run both sides on Debian's OpenBLAS build of that threading "
+                        "(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-<blas>)")
+    p.add_argument("--plot", help="--encoder: a PNG of time against T (gnuplot)")
     a = p.parse_args()
     a.ff = a.ff or 4 * a.d
     if a.d % a.heads:
         sys.exit(f"compare_torch.py: --heads {a.heads} does not divide --d {a.d}")
-    bench = a.bench or find_bench(root)
+    if a.blas:
+        want = f"/usr/lib/x86_64-linux-gnu/openblas-{a.blas}"
+        if os.environ.get("LD_LIBRARY_PATH", "").split(":")[0] != want:
+            env = dict(os.environ)
+            env["LD_LIBRARY_PATH"] = want + (":" + env["LD_LIBRARY_PATH"]
+                                             if env.get("LD_LIBRARY_PATH") else "")
+            os.execve(sys.executable, [sys.executable] + sys.argv, env)
     for var, val in (("OMP_NUM_THREADS", str(a.threads)),
                      ("OPENBLAS_NUM_THREADS", str(a.threads))):
         os.environ[var] = val
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if a.encoder:
+        if a.n == DEFAULT_N:
+            a.n = "64,128,256,512,1024,2048,4096,8192"
+        return encoder_main(a, root)
+    bench = a.bench or find_bench(root)
     global torch, F
     import torch
     import torch.nn.functional as F

@@ -1,12 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# CI beyond the README's test command: ASan+UBSan, valgrind memcheck, libFuzzer, TSan.
+# CI beyond the README's test command: ASan+UBSan (with the exhaustive promise harness),
+# valgrind memcheck, libFuzzer, TSan, and the whole suite in a -O0 debug build.
 #
-#   sh scripts/ci-hardening.sh [asan] [valgrind] [fuzz] [tsan]    (no argument: all four)
+#   sh scripts/ci-hardening.sh [asan] [valgrind] [fuzz] [tsan] [debug]  (no argument: all five)
 #
 # Environment: ATTN_FUZZ_SECONDS (default 60) per fuzz target; ATTN_FUZZ_SEED (1); ATTN_HARD_JOBS
 # (default 2) parallel test processes. Build directories: build-asan,
-# build-hard-vg, build-fuzz, build-tsan. docs/reliability.md explains every
+# build-hard-vg, build-fuzz, build-tsan, build-debug. docs/reliability.md explains every
 # option and suppression used here.
 set -e
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ fuzz_seconds="${ATTN_FUZZ_SECONDS:-60}"
 # as its time allows), so a red fuzz step is a reproducible finding, not luck.
 fuzz_seed="${ATTN_FUZZ_SEED:-1}"
 jobs="${ATTN_HARD_JOBS:-2}"
-steps="${*:-asan valgrind fuzz tsan}"
+steps="${*:-asan valgrind fuzz tsan debug}"
 root=$(pwd)
 
 sh scripts/deps.sh clang libclang-rt-14-dev valgrind
@@ -45,6 +46,13 @@ for step in $steps; do
     LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       meson test -C build-asan --print-errorlogs --num-processes "$jobs"
+    # The promise harness (tests/test_promises.c) exhaustively: every layout of every
+    # input, every alias shift, every workspace misalignment, both extents, under
+    # ASan+UBSan (the suite above ran its bounded version).
+    ATTN_PROMISES_FULL=1 \
+    ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:fast_unwind_on_malloc=0 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      meson test -C build-asan --no-rebuild --print-errorlogs promises
     stamp asan ;;
   valgrind)
     # The Check suites (tests/test_<name>.c registered as <name>), one process
@@ -59,7 +67,9 @@ for step in $steps; do
       n=${f#tests/test_}; n=${n%.c}
       if echo "$listed" | grep -qx "$n"; then suites="$suites $n"; fi
     done
-    CK_FORK=no meson test -C build-hard-vg --print-errorlogs --num-processes "$jobs" \
+    # ATTN_PROMISES_LIGHT: the promise harness in one dtype (f64) under memcheck; ASan
+    # runs it whole, and exhaustively.
+    ATTN_PROMISES_LIGHT=1 CK_FORK=no meson test -C build-hard-vg --print-errorlogs --num-processes "$jobs" \
       --timeout-multiplier 4 \
       --wrapper "valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$root/tests/valgrind.supp" \
       $suites
@@ -97,6 +107,15 @@ for step in $steps; do
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/tests/tsan.supp" \
       meson test -C build-tsan --no-rebuild --print-errorlogs threads
     stamp tsan ;;
+  debug)
+    # The whole suite in a plain --buildtype=debug build (-O0, assertions on): what a
+    # parent project gets with attn as a meson subproject. Statuses must not depend on
+    # the optimizer or the stack layout (gm_errors did), and the run functions' debug
+    # assertions (the public check re-run) hold on every call the suite makes.
+    setup cc build-debug -Dbuildtype=debug -Dbenchmarks=false -Dexamples=false -Ddocs=disabled
+    meson compile -C build-debug
+    meson test -C build-debug --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3
+    stamp debug ;;
   *) echo "ci-hardening: unknown step '$step'" >&2; exit 2 ;;
   esac
 done

@@ -20,7 +20,7 @@
  * allocator, OpenBLAS). "ERANGE before any allocation or BLAS call" is then
  * a plain count. hs_hooks_see_calls checks the hooks do see the calls.
  */
-static int hs_allocs, hs_blas;
+static volatile int hs_allocs, hs_blas; /* volatile: GCC assumes aligned_alloc leaves globals alone */
 static size_t hs_alloc_size; /* the last size requested */
 
 void *aligned_alloc(size_t alignment, size_t size) {

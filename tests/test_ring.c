@@ -108,6 +108,8 @@ typedef struct rcase {
                    (rank 0 batch 0 none valid: fully masked causal rows) */
     double scale;
     sd_lay lay; /* memory layout of the local q, k, v, out */
+    int extreme; /* 1: every score exactly -1e9 (q = (-2^24, 0..), k_0 = 1e9 / 2^24);
+                    2: exactly -1e20 (q_0 = -2^60): the lse loses log l in the dtype */
 } rcase;
 
 static int64_t block_len(const rcase *c, int r) {
@@ -169,6 +171,19 @@ static void problem_make(const rcase *c, attn_dtype dt, problem *p) {
     p->q = sd_make(dt, (int64_t[]){c->B, c->H, n, c->D}, LY_CONTIG, &seed, 1.0);
     p->k = sd_make(dt, (int64_t[]){c->B, c->Hkv, n, c->D}, LY_CONTIG, &seed, 1.0);
     p->v = sd_make(dt, (int64_t[]){c->B, c->Hkv, n, c->Dv}, LY_CONTIG, &seed, 1.0);
+    if (c->extreme) { /* q.k = a b exactly, for every query and key */
+        /* k_0 small: dq = scale sum_j dS_j k_j sums to ~0, its rounding scales with k_0 */
+        double a = c->extreme == 1 ? -16777216.0 : -1152921504606846976.0; /* 2^24, 2^60 */
+        double bk = c->extreme == 1 ? 1e9 / 16777216.0 : 1e20 / 1152921504606846976.0;
+        int64_t idx[4] = {0};
+        do
+            tu_set(&p->q.v, idx, idx[3] == 0 ? a : 0.0);
+        while (tu_inc(idx, p->q.v.shape, 4));
+        do
+            if (idx[3] == 0)
+                tu_set(&p->k.v, idx, bk);
+        while (tu_inc(idx, p->k.v.shape, 4));
+    }
     p->map = malloc(sizeof(int64_t) * (size_t)(Tr + 1));
     for (int64_t t = 0; t < Tr; ++t)
         p->map[t] = global_pos(c, rank, t);
@@ -274,9 +289,9 @@ static const attn_ring_layout CO = ATTN_RING_CONTIGUOUS, ZZ = ATTN_RING_ZIGZAG;
 
 START_TEST(ring_noncausal) {
     static const rcase cs[] = {
-        {"mha", 2, 2, 2, 8, 8, 6, 0, NC, CO, 0, 0, LY_CONTIG},
-        {"scale_dv", 1, 3, 3, 5, 7, 5, 0, NC, CO, 0, 0.7, LY_CONTIG},
-        {"one_token", 2, 2, 2, 4, 4, 1, 0, NC, CO, 0, 0, LY_CONTIG},
+        {"mha", 2, 2, 2, 8, 8, 6, 0, NC, CO, 0, 0, LY_CONTIG, 0},
+        {"scale_dv", 1, 3, 3, 5, 7, 5, 0, NC, CO, 0, 0.7, LY_CONTIG, 0},
+        {"one_token", 2, 2, 2, 4, 4, 1, 0, NC, CO, 0, 0, LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -284,9 +299,9 @@ END_TEST
 
 START_TEST(ring_causal) {
     static const rcase cs[] = {
-        {"causal", 2, 2, 2, 8, 8, 6, 0, CA, CO, 0, 0, LY_CONTIG},
+        {"causal", 2, 2, 2, 8, 8, 6, 0, CA, CO, 0, 0, LY_CONTIG, 0},
         {"bottom_right_same", 1, 2, 2, 8, 4, 5, 0, ATTN_CAUSAL_BOTTOM_RIGHT, CO, 0, 0.5,
-         LY_CONTIG},
+         LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -294,9 +309,9 @@ END_TEST
 
 START_TEST(ring_gqa) {
     static const rcase cs[] = {
-        {"gqa_causal", 2, 4, 2, 8, 8, 5, 0, CA, CO, 0, 0, LY_CONTIG},
-        {"mqa", 1, 4, 1, 6, 3, 5, 0, NC, CO, 0, 0, LY_CONTIG},
-        {"gqa_zigzag", 1, 6, 2, 4, 4, 6, 1, CA, ZZ, 0, 0, LY_CONTIG},
+        {"gqa_causal", 2, 4, 2, 8, 8, 5, 0, CA, CO, 0, 0, LY_CONTIG, 0},
+        {"mqa", 1, 4, 1, 6, 3, 5, 0, NC, CO, 0, 0, LY_CONTIG, 0},
+        {"gqa_zigzag", 1, 6, 2, 4, 4, 6, 1, CA, ZZ, 0, 0, LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -304,10 +319,10 @@ END_TEST
 
 START_TEST(ring_uneven) {
     static const rcase cs[] = {
-        {"uneven", 2, 2, 2, 8, 8, 5, 1, NC, CO, 0, 0, LY_CONTIG},
-        {"uneven_causal", 2, 2, 1, 8, 8, 5, 1, CA, CO, 0, 0, LY_CONTIG},
-        {"empty_rank", 1, 2, 2, 8, 8, 4, 2, CA, CO, 0, 0, LY_CONTIG},
-        {"empty_rank_nc", 1, 2, 2, 8, 8, 4, 2, NC, CO, 0, 0, LY_CONTIG},
+        {"uneven", 2, 2, 2, 8, 8, 5, 1, NC, CO, 0, 0, LY_CONTIG, 0},
+        {"uneven_causal", 2, 2, 1, 8, 8, 5, 1, CA, CO, 0, 0, LY_CONTIG, 0},
+        {"empty_rank", 1, 2, 2, 8, 8, 4, 2, CA, CO, 0, 0, LY_CONTIG, 0},
+        {"empty_rank_nc", 1, 2, 2, 8, 8, 4, 2, NC, CO, 0, 0, LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -315,10 +330,10 @@ END_TEST
 
 START_TEST(ring_zigzag) {
     static const rcase cs[] = {
-        {"zigzag", 2, 2, 2, 8, 8, 6, 0, CA, ZZ, 0, 0, LY_CONTIG},
-        {"zigzag_odd", 1, 2, 2, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_CONTIG},
-        {"zigzag_empty", 1, 2, 2, 4, 4, 3, 2, CA, ZZ, 0, 0, LY_CONTIG},
-        {"zigzag_nc", 2, 2, 2, 8, 8, 5, 1, NC, ZZ, 0, 0, LY_CONTIG},
+        {"zigzag", 2, 2, 2, 8, 8, 6, 0, CA, ZZ, 0, 0, LY_CONTIG, 0},
+        {"zigzag_odd", 1, 2, 2, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_CONTIG, 0},
+        {"zigzag_empty", 1, 2, 2, 4, 4, 3, 2, CA, ZZ, 0, 0, LY_CONTIG, 0},
+        {"zigzag_nc", 2, 2, 2, 8, 8, 5, 1, NC, ZZ, 0, 0, LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -326,11 +341,11 @@ END_TEST
 
 START_TEST(ring_ragged) {
     static const rcase cs[] = {
-        {"ragged_tail", 3, 2, 2, 8, 8, 6, 0, CA, CO, 1, 0, LY_CONTIG},
-        {"ragged_tail_nc", 3, 2, 2, 8, 8, 6, 1, NC, CO, 1, 0, LY_CONTIG},
-        {"ragged_zigzag", 3, 2, 2, 8, 8, 7, 1, CA, ZZ, 1, 0, LY_CONTIG},
-        {"ragged_all", 2, 2, 1, 8, 8, 5, 1, CA, CO, 2, 0, LY_CONTIG},
-        {"ragged_all_zz", 2, 2, 2, 8, 8, 5, 1, CA, ZZ, 2, 0, LY_CONTIG},
+        {"ragged_tail", 3, 2, 2, 8, 8, 6, 0, CA, CO, 1, 0, LY_CONTIG, 0},
+        {"ragged_tail_nc", 3, 2, 2, 8, 8, 6, 1, NC, CO, 1, 0, LY_CONTIG, 0},
+        {"ragged_zigzag", 3, 2, 2, 8, 8, 7, 1, CA, ZZ, 1, 0, LY_CONTIG, 0},
+        {"ragged_all", 2, 2, 1, 8, 8, 5, 1, CA, CO, 2, 0, LY_CONTIG, 0},
+        {"ragged_all_zz", 2, 2, 2, 8, 8, 5, 1, CA, ZZ, 2, 0, LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -338,11 +353,11 @@ END_TEST
 
 START_TEST(ring_strided) {
     static const rcase cs[] = {
-        {"bthd", 2, 2, 2, 8, 8, 5, 1, CA, CO, 0, 0, LY_BTHD},
-        {"padded", 1, 2, 1, 8, 8, 5, 0, NC, ZZ, 0, 0, LY_PADDED},
-        {"negative", 1, 2, 2, 8, 8, 5, 1, CA, ZZ, 1, 0, LY_NEG},
-        {"packed", 1, 2, 2, 4, 4, 4, 0, CA, CO, 0, 0, LY_PACKED},
-        {"colmajor", 1, 2, 2, 4, 6, 4, 1, NC, CO, 0, 0, LY_COLMAJOR},
+        {"bthd", 2, 2, 2, 8, 8, 5, 1, CA, CO, 0, 0, LY_BTHD, 0},
+        {"padded", 1, 2, 1, 8, 8, 5, 0, NC, ZZ, 0, 0, LY_PADDED, 0},
+        {"negative", 1, 2, 2, 8, 8, 5, 1, CA, ZZ, 1, 0, LY_NEG, 0},
+        {"packed", 1, 2, 2, 4, 4, 4, 0, CA, CO, 0, 0, LY_PACKED, 0},
+        {"colmajor", 1, 2, 2, 4, 6, 4, 1, NC, CO, 0, 0, LY_COLMAJOR, 0},
     };
     RUN(cs);
 }
@@ -352,9 +367,9 @@ END_TEST
    the queries into slices (diagonal slices see shorter key prefixes). */
 START_TEST(ring_long) {
     static const rcase cs[] = {
-        {"long_causal", 1, 2, 1, 4, 4, 260, 1, CA, CO, 0, 0, LY_CONTIG},
-        {"long_zigzag", 1, 1, 1, 4, 4, 300, 1, CA, ZZ, 2, 0, LY_BTHD},
-        {"long_nc", 1, 1, 1, 4, 4, 260, 0, NC, CO, 1, 0, LY_CONTIG},
+        {"long_causal", 1, 2, 1, 4, 4, 260, 1, CA, CO, 0, 0, LY_CONTIG, 0},
+        {"long_zigzag", 1, 1, 1, 4, 4, 300, 1, CA, ZZ, 2, 0, LY_BTHD, 0},
+        {"long_nc", 1, 1, 1, 4, 4, 260, 0, NC, CO, 1, 0, LY_CONTIG, 0},
     };
     RUN(cs);
 }
@@ -363,8 +378,8 @@ END_TEST
 /* Causal contiguous blocks: rank r computes blocks 0..r and skips the P - 1 - r in its
    future; zigzag: every block contributes to every rank (the load balance). */
 START_TEST(ring_skip_future) {
-    static const rcase co = {"skip", 1, 2, 2, 4, 4, 4, 0, CA, CO, 0, 0, LY_CONTIG};
-    static const rcase zz = {"skip_zz", 1, 2, 2, 4, 4, 4, 0, CA, ZZ, 0, 0, LY_CONTIG};
+    static const rcase co = {"skip", 1, 2, 2, 4, 4, 4, 0, CA, CO, 0, 0, LY_CONTIG, 0};
+    static const rcase zz = {"skip_zz", 1, 2, 2, 4, 4, 4, 0, CA, ZZ, 0, 0, LY_CONTIG, 0};
     for (int z = 0; z < 2; ++z) {
         problem p;
         problem_make(z ? &zz : &co, ATTN_F64, &p);
@@ -403,7 +418,7 @@ static int snap_same(snap *s) {
     return same;
 }
 
-static const rcase err_case = {"err", 2, 4, 2, 8, 8, 4, 0, CA, CO, 0, 0, LY_CONTIG};
+static const rcase err_case = {"err", 2, 4, 2, 8, 8, 4, 0, CA, CO, 0, 0, LY_CONTIG, 0};
 
 /* One rank breaks something (via f); every rank must return want, outputs untouched. */
 typedef void (*breaker)(problem *p, attn_ring_opts *o, MPI_Comm *comm, attn_view *q,
@@ -567,7 +582,7 @@ END_TEST
 START_TEST(ring_workspace) {
     for (int dti = 0; dti < 2; ++dti) {
         attn_dtype dt = dti ? ATTN_F32 : ATTN_F64;
-        static const rcase c = {"ws", 2, 4, 2, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_BTHD};
+        static const rcase c = {"ws", 2, 4, 2, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_BTHD, 0};
         problem p;
         problem_make(&c, dt, &p);
         attn_ring_opts o = {.causal = CA, .layout = ZZ, .lse = &p.ll.v};
@@ -582,6 +597,28 @@ START_TEST(ring_workspace) {
             attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, give);
         assert_status_all(s, ATTN_EWORKSPACE, "one byte short on the last rank");
         assert_all(snap_same(&so), "out untouched");
+        /* misaligned on the last rank: ATTN_EINVAL everywhere, nothing written */
+        char *wm = malloc(need + 8);
+        so = snap_take(&p.ol.v);
+        s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
+                           rank == nranks - 1 ? wm + 4 : wm, need);
+        assert_status_all(s, ATTN_EINVAL, "workspace misaligned on the last rank");
+        assert_all(snap_same(&so), "out untouched (misaligned)");
+        free(wm);
+        /* the workspace over this rank's k on the last rank: ATTN_EALIAS, nothing written */
+        size_t kb = (size_t)tu_numel(&p.kl.v) * attn_dtype_size(dt);
+        so = snap_take(&p.ol.v);
+        if (rank == nranks - 1 && kb > 0) {
+            const void *lo, *hi;
+            attn_view_span(&p.kl.v, &lo, &hi);
+            s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v,
+                               (void *)lo, need);
+        } else {
+            s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, need);
+        }
+        assert_status_all(s, kb > 0 || rank != nranks - 1 ? ATTN_EALIAS : ATTN_OK,
+                          "workspace over k on the last rank");
+        assert_all(snap_same(&so), "out untouched (workspace over k)");
         s = attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &o, &p.ol.v, w, need);
         assert_status_all(s, ATTN_OK, "exact workspace");
         /* the same result as with the convenience allocation */
@@ -718,9 +755,20 @@ static void run_backward(const rcase *c, attn_dtype dt) {
     /* K/V blocks: P - 1 sends; gradient accumulators: P sends (each block but the next
        rank's own, plus the own block of the next rank coming home) */
     int64_t per_tok = c->B * c->Hkv * (c->D + c->Dv) * (int64_t)attn_dtype_size(dt), sent = 0;
+    /* a row whose lse is inexact (docs/numerics.md: |lse| >= 64 in f32, 1024 in f64; the
+       empty rows' -1e30 included) on any rank: one more K/V ring for the row sums */
+    int inexact = 0, any_inexact = 0;
+    int64_t li[3] = {0};
+    if (tu_numel(&p.ll.v) > 0)
+        do
+            inexact |= fabs(tu_get(&p.ll.v, li)) >= (dt == ATTN_F32 ? 64.0 : 1024.0);
+        while (tu_inc(li, p.ll.v.shape, 3));
+    MPI_Allreduce(&inexact, &any_inexact, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (nranks > 1)
-        sent = (n - block_len(c, (rank + 1) % nranks)) * per_tok + n * per_tok;
-    assert_all(st.bytes_sent == sent && st.blocks_computed + st.blocks_skipped == nranks,
+        sent = (1 + any_inexact) * (n - block_len(c, (rank + 1) % nranks)) * per_tok +
+               n * per_tok;
+    assert_all(st.bytes_sent == sent &&
+                   st.blocks_computed + st.blocks_skipped == (1 + any_inexact) * nranks,
                "backward stats");
     for (int i = 0; i < 3; ++i) {
         sd_free(&g[i]);
@@ -737,13 +785,13 @@ static void run_backward(const rcase *c, attn_dtype dt) {
 
 START_TEST(ringbw_cases) {
     static const rcase cs[] = {
-        {"bw_nc", 2, 2, 2, 8, 8, 5, 0, NC, CO, 0, 0, LY_CONTIG},
-        {"bw_causal_gqa", 2, 4, 2, 8, 6, 5, 1, CA, CO, 0, 0.6, LY_CONTIG},
-        {"bw_zigzag", 1, 2, 1, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_BTHD},
-        {"bw_empty_rank", 1, 2, 2, 4, 4, 4, 2, CA, CO, 0, 0, LY_NEG},
-        {"bw_ragged", 2, 2, 2, 8, 8, 5, 1, CA, ZZ, 2, 0, LY_PADDED},
-        {"bw_ragged_tail", 3, 2, 2, 4, 4, 5, 0, NC, CO, 1, 0, LY_COLMAJOR},
-        {"bw_long", 1, 1, 1, 4, 4, 260, 1, CA, CO, 0, 0, LY_CONTIG},
+        {"bw_nc", 2, 2, 2, 8, 8, 5, 0, NC, CO, 0, 0, LY_CONTIG, 0},
+        {"bw_causal_gqa", 2, 4, 2, 8, 6, 5, 1, CA, CO, 0, 0.6, LY_CONTIG, 0},
+        {"bw_zigzag", 1, 2, 1, 8, 8, 5, 1, CA, ZZ, 0, 0, LY_BTHD, 0},
+        {"bw_empty_rank", 1, 2, 2, 4, 4, 4, 2, CA, CO, 0, 0, LY_NEG, 0},
+        {"bw_ragged", 2, 2, 2, 8, 8, 5, 1, CA, ZZ, 2, 0, LY_PADDED, 0},
+        {"bw_ragged_tail", 3, 2, 2, 4, 4, 5, 0, NC, CO, 1, 0, LY_COLMAJOR, 0},
+        {"bw_long", 1, 1, 1, 4, 4, 260, 1, CA, CO, 0, 0, LY_CONTIG, 0},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; ++i) {
         run_backward(&cs[i], ATTN_F64);
@@ -752,9 +800,37 @@ START_TEST(ringbw_cases) {
 }
 END_TEST
 
+/*
+ * Extreme logits (issue 15): every score exactly -1e9 (f32, the padding idiom) or
+ * -1e20 (f64), so that each row's lse in the dtype has lost log l. Uneven blocks make
+ * the forward's merge weigh pieces of different sizes; the backward must still give the
+ * uniform softmax's gradient (ref_sdpa_backward, double) on every rank.
+ */
+START_TEST(ring_extreme_logits) {
+    static const rcase cs[] = {
+        {"extreme_uneven", 1, 2, 2, 2, 3, 5, 1, NC, CO, 0, 1.0, LY_CONTIG, 1},
+        {"extreme_causal", 1, 2, 1, 2, 3, 6, 1, CA, ZZ, 0, 1.0, LY_PADDED, 1},
+        {"extreme_ragged", 2, 2, 2, 2, 2, 5, 0, NC, CO, 1, 1.0, LY_CONTIG, 1},
+    };
+    static const rcase cs64[] = {
+        {"extreme64_uneven", 1, 2, 2, 2, 3, 5, 1, NC, CO, 0, 1.0, LY_CONTIG, 2},
+        {"extreme64_causal", 1, 2, 1, 2, 3, 6, 1, CA, ZZ, 0, 1.0, LY_PADDED, 2},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; ++i) {
+        run_case(&cs[i], ATTN_F32);
+        run_backward(&cs[i], ATTN_F32);
+        run_backward(&cs[i], ATTN_F64);
+    }
+    for (size_t i = 0; i < sizeof cs64 / sizeof cs64[0]; ++i) {
+        run_case(&cs64[i], ATTN_F64);
+        run_backward(&cs64[i], ATTN_F64);
+    }
+}
+END_TEST
+
 /* Only some gradients wanted (NULL ones are skipped); the workspace query and its size. */
 START_TEST(ringbw_partial) {
-    static const rcase c = {"bw_partial", 1, 2, 2, 4, 4, 4, 1, CA, ZZ, 0, 0, LY_CONTIG};
+    static const rcase c = {"bw_partial", 1, 2, 2, 4, 4, 4, 1, CA, ZZ, 0, 0, LY_CONTIG, 0};
     problem p;
     problem_make(&c, ATTN_F64, &p);
     attn_ring_opts ro = {.causal = CA, .layout = ZZ, .lse = &p.ll.v};
@@ -870,6 +946,7 @@ static Suite *ring_suite(void) {
     suite_add_tcase(s, tc);
     TCase *tb = tcase_create("attn_ring_sdpa_backward");
     tcase_add_test(tb, ringbw_cases);
+    tcase_add_test(tb, ring_extreme_logits);
     tcase_add_test(tb, ringbw_partial);
     tcase_add_test(tb, ringbw_errors);
     tcase_set_timeout(tb, 300);

@@ -31,7 +31,9 @@ typedef enum attn_trans { ATTN_NO_TRANS = 0, ATTN_TRANS = 1 } attn_trans;
  * rows, the whole batch becomes one large GEMM.
  *
  * Workspace: attn_gemm_workspace_size() bytes (0 when nothing needs
- * packing); work == NULL && work_size == 0 allocates internally.
+ * packing); work == NULL && work_size == 0 allocates internally. A caller
+ * workspace must be 8-byte aligned (else ATTN_EINVAL) and must not overlap
+ * A, B or C (ATTN_EALIAS).
  *
  * Returns ATTN_OK, ATTN_EINVAL (NULL view, bad trans, ndim < 2),
  * ATTN_EDTYPE (dtypes differ, or not F32/F64), ATTN_ESHAPE (inner or outer

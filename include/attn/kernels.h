@@ -30,7 +30,11 @@ extern "C" {
  * - Backward functions ACCUMULATE into gradient outputs (dx += ...), as in
  *   llm.c: residual branches and shared weights add up without temporaries.
  *   Zero the gradients before the first backward call of a step.
- * - On any non-OK status no output element has been written.
+ * - On any non-OK status no output element has been written. Checks run in one
+ *   order (docs/reliability.md): NULL and malformed views, dtypes, shapes and
+ *   ranges (options included), aliasing, then the workspace.
+ * - Workspaces: a caller workspace the call uses must be 8-byte aligned (malloc's
+ *   is; else ATTN_EINVAL) and must not overlap any argument (ATTN_EALIAS).
  */
 
 /* ---- softmax ---------------------------------------------------------- */
@@ -108,9 +112,11 @@ typedef enum attn_act {
 } attn_act;
 
 /**
- * y = act(x), elementwise, in the dtype's own precision. GELU tanh is the
- * seeds' formula verbatim; GELU erf is evaluated as 0.5 x erfc(-x / sqrt 2)
- * (the same function, accurate for negative x). ReLU keeps NaN (NaN < 0 is
+ * y = act(x), elementwise, in the dtype's own precision. f64: GELU tanh is
+ * the seeds' formula verbatim, GELU erf 0.5 x erfc(-x / sqrt 2) (the same
+ * function, accurate for negative x), both with libm. f32: vectorized forms
+ * of the same functions, within 4 ulp (tanh) and 7 ulp (erf) of the formula
+ * evaluated in double, over every float. ReLU keeps NaN (NaN < 0 is
  * false) and -0.0. x, y: same shape, any strides. In-place allowed.
  * Returns ATTN_OK, ATTN_EINVAL (bad act, NULL or malformed view),
  * ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE (y broadcasts), ATTN_EALIAS.
@@ -119,7 +125,8 @@ typedef enum attn_act {
 ATTN_API attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y);
 
 /**
- * dx += act'(x) * dy, elementwise, act' evaluated in double. ReLU'(0) = 0
+ * dx += act'(x) * dy, elementwise, act' evaluated in double (f32 GELU: in
+ * float, vectorized, to a few float epsilons). ReLU'(0) = 0
  * (PyTorch's choice); NaN in x propagates. x, dy, dx: same shape; dx must
  * not overlap x or dy. Statuses as attn_activation. Since 0.1.
  */
@@ -244,7 +251,9 @@ typedef struct attn_sdpa_opts {
  * omp_get_max_threads(), serial for small calls).
  * A key is masked out when the causal rule, keep == 0, a -inf bias, or
  * j >= kv_len[b] says so. A row with no key left gives out = 0, weights 0
- * and lse = -1e30 (docs/numerics.md); never NaN from masking alone.
+ * and lse = -1e30 (docs/numerics.md); never NaN from masking alone: a pair
+ * with weight 0 contributes nothing, whatever its q, k, v or bias hold (NaN
+ * included), in both algorithms and every block size.
  * Algorithms: MATERIALIZED computes whole score rows (block_q x Tk per
  * thread in the workspace) and is required for weights; TILED runs an
  * online softmax over block_k-wide key tiles (workspace independent of Tk;
@@ -286,7 +295,11 @@ ATTN_API size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k,
  * (masks, causal, kv_len, scale); its weights and lse fields are ignored and
  * algo/block sizes may differ. The TILED path recomputes P tile by tile and
  * never stores a Tq x Tk matrix; rows with no visible key contribute exactly
- * zero. Gradients must not overlap any input or each other.
+ * zero, as do pairs of weight 0 (NaN in their q, k, v, dout included). Exact
+ * at any finite logit magnitude: a row whose saved lse is too large to
+ * recompute P from (|lse| >= 64 f32, 1024 f64) gets one more pass of its
+ * scores (docs/numerics.md "Backward at large logits").
+ * Gradients must not overlap any input or each other.
  * Workspace: attn_sdpa_backward_workspace_size(q, k, v, opts) bytes (sized
  * for strided gradient views; independent of Tk for TILED); NULL/0
  * allocates. Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out/lse/dout, bad

@@ -89,7 +89,10 @@ typedef struct attn_ring_opts {
  *
  * Aliasing: out_local and opts->lse must not overlap q, k, v or each other.
  * Workspace: attn_ring_sdpa_workspace_size(...) bytes (collective too);
- * work == NULL && work_size == 0 allocates for this call.
+ * work == NULL && work_size == 0 allocates for this call. A caller workspace
+ * must be 8-byte aligned (else ATTN_EINVAL) and must not overlap any argument
+ * (ATTN_EALIAS). Exact at any finite logit magnitude: blocks merge by their
+ * row max and sum in double (docs/numerics.md "Backward at large logits").
  * MPI: MPI must be initialized; the call duplicates comm (MPI_Comm_dup, so
  * its messages never mix with the caller's) with MPI_ERRORS_RETURN, and
  * issues MPI calls from the calling thread only (MPI_THREAD_FUNNELED, or

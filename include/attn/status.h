@@ -12,15 +12,19 @@ extern "C" {
 /**
  * Result of every fallible attn call. The numeric values are pinned forever
  * (new codes are only appended). On any non-OK status the call has written
- * nothing to its outputs.
+ * nothing to its outputs. A call with several faults reports the first in
+ * this order: NULL or malformed views, dtypes, shapes and ranges (options
+ * included), aliasing, the workspace (docs/reliability.md).
  */
 typedef enum attn_status {
     ATTN_OK = 0,           /* success */
-    ATTN_EINVAL = 1,       /* invalid argument: NULL pointer, bad enum, bad config */
+    ATTN_EINVAL = 1,       /* invalid argument: NULL pointer, bad enum, bad config, kv_len
+                              out of range, a misaligned slab or workspace */
     ATTN_EDTYPE = 2,       /* unsupported or mixed element types */
     ATTN_ESHAPE = 3,       /* shapes do not match or do not broadcast */
     ATTN_ESTRIDE = 4,      /* a stride the operation cannot accept */
-    ATTN_EALIAS = 5,       /* an output overlaps an input where not allowed */
+    ATTN_EALIAS = 5,       /* an output overlaps an input where not allowed, or a caller
+                              workspace overlaps an argument */
     ATTN_ERANGE = 6,       /* a size overflows int64/size_t or exceeds INT_MAX for BLAS */
     ATTN_EWORKSPACE = 7,   /* the workspace passed is too small */
     ATTN_ENOMEM = 8,       /* convenience allocation (work == NULL) failed */

@@ -38,9 +38,18 @@ static inline bool attn__add_sz(size_t a, size_t b, size_t *r) {
 static inline size_t attn__align64(size_t n) { return (n + 63u) & ~(size_t)63u; }
 
 /*
+ * The alignment a caller workspace must have when the call uses it: that of
+ * double and int64_t, the widest types carved from it (every region starts a
+ * multiple of 64 bytes from the base). malloc's memory always has it.
+ */
+#define ATTN__WORK_ALIGN 8u
+
+/*
  * Convenience workspace: when (*work, *size) is (NULL, 0) and need > 0,
  * allocate 64-byte-aligned memory and set *owned (caller frees with
- * free(*owned) after the call). Else check the size: ATTN_EWORKSPACE.
+ * free(*owned) after the call). Else check the size (ATTN_EWORKSPACE), then
+ * the alignment when need > 0 (ATTN_EINVAL). Overlap with the arguments is
+ * the caller's next check (attn__work_overlaps, ATTN_EALIAS).
  */
 ATTN_HIDDEN attn_status attn__work_acquire(void **work, size_t *size, size_t need,
                                            void **owned);

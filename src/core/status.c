@@ -53,5 +53,8 @@ attn_status attn__work_acquire(void **work, size_t *size, size_t need, void **ow
     }
     if (*work == NULL || *size < need)
         return ATTN_EWORKSPACE;
+    /* the one alignment rule (docs/reliability.md): what malloc returns is enough */
+    if (need > 0 && (uintptr_t)*work % ATTN__WORK_ALIGN != 0)
+        return ATTN_EINVAL;
     return ATTN_OK;
 }

@@ -245,6 +245,8 @@ attn_status attn_diag_softmax_jacobian_spectral(const attn_view *p, attn_view *o
         return ATTN_OK;
     void *owned;
     ATTN_TRY(attn__work_acquire(&work, &work_size, pl.total, &owned));
+    if (!owned && attn__work_overlaps(work, pl.total, (const attn_view *[]){p, out}, 2))
+        return ATTN_EALIAS; /* a caller workspace over an argument: nothing written */
     char *wb = work;
     double *j = work, *w = (double *)(wb + pl.w_off), *res = (double *)(wb + pl.r_off);
     double *lw = (double *)(wb + pl.l_off);
@@ -384,6 +386,8 @@ attn_status attn_diag_singular_values(const attn_view *a, attn_view *s, void *wo
         return ATTN_OK;
     void *owned;
     ATTN_TRY(attn__work_acquire(&work, &work_size, pl.total, &owned));
+    if (!owned && attn__work_overlaps(work, pl.total, (const attn_view *[]){a, s}, 2))
+        return ATTN_EALIAS;
     double *sv;
     attn_status st = svd_run(a, &pl, work, &sv, info);
     if (st == ATTN_OK) {
@@ -410,6 +414,8 @@ attn_status attn_diag_effective_rank(double tol, const attn_view *a, double *era
     if (pl.k > 0) {
         void *owned;
         ATTN_TRY(attn__work_acquire(&work, &work_size, pl.total, &owned));
+        if (!owned && attn__work_overlaps(work, pl.total, (const attn_view *[]){a}, 1))
+            return ATTN_EALIAS;
         double *sv;
         attn_status st = svd_run(a, &pl, work, &sv, info);
         if (st != ATTN_OK) {

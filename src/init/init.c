@@ -320,6 +320,8 @@ attn_status attn_init_orthogonal(double gain, uint64_t seed, uint64_t stream, at
         return ATTN_OK;
     void *owned;
     ATTN_TRY(attn__work_acquire(&work, &work_size, pl.total, &owned));
+    if (!owned && attn__work_overlaps(work, pl.total, (const attn_view *[]){w}, 1))
+        return ATTN_EALIAS; /* a caller workspace over w: nothing written */
     double *a = work;
     double *tau = (double *)((char *)work + pl.a_bytes);
     double *sign = (double *)((char *)tau + pl.q_bytes);

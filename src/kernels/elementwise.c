@@ -9,7 +9,37 @@
 #define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */
 #define K_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
 
-enum { GELU_CHUNK = 256 }; /* elements per vectorized-exp chunk (stack) */
+/*
+ * The row and elementwise kernels' parallel loop: tasks [0, ntasks) split in
+ * contiguous ranges run on attn__threads(0, ntasks, flops) threads of
+ * attn__parallel_for (src/core/threads.c), so a small call never leaves its
+ * thread (its cost is one call of fn). `flops` is the work in
+ * flop-equivalents: K_ACT_FLOPS per GELU element, K_MEM_FLOPS per element of a
+ * memory-bound pass (an add reads and writes about 12 bytes for one flop).
+ */
+typedef struct k_range {
+    int64_t n, nblk;
+    void (*fn)(void *, int64_t, int64_t);
+    void *ctx;
+} k_range;
+
+static void k_range_task(void *c, int64_t t, int tid) {
+    const k_range *r = c;
+    (void)tid;
+    r->fn(r->ctx, r->n * t / r->nblk, r->n * (t + 1) / r->nblk);
+}
+
+void attn__k_parallel(int64_t ntasks, double flops, void (*fn)(void *, int64_t, int64_t),
+                      void *ctx) {
+    int nt = attn__threads(0, ntasks, flops);
+    if (nt <= 1) {
+        fn(ctx, 0, ntasks);
+        return;
+    }
+    /* four contiguous blocks per thread, claimed one at a time from attn's pool */
+    k_range r = {ntasks, ntasks < 4 * (int64_t)nt ? ntasks : 4 * (int64_t)nt, fn, ctx};
+    attn__parallel_for(nt, r.nblk, k_range_task, &r);
+}
 
 /* Axes of a broadcast sum, with strides in the source (dy) and destination (db). */
 typedef struct k_axes {
@@ -69,6 +99,13 @@ static void k_sum_plan(k_sum *p, const attn_view *dy, const attn_view *dbb) {
 #include "tmpl/dtype_off.h"
 /* clang-format on */
 
+/* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
+static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_view *out) {
+    if (b->ndim > x->ndim)
+        return ATTN_ESHAPE;
+    return attn_view_broadcast(b, x->ndim, x->shape, out);
+}
+
 static bool act_ok(attn_act act) {
     return act == ATTN_ACT_GELU_TANH || act == ATTN_ACT_GELU_ERF || act == ATTN_ACT_RELU;
 }
@@ -86,14 +123,26 @@ attn_status attn_activation(attn_act act, const attn_view *x, attn_view *y) {
 
 void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
     ATTN_ASSERT(act_ok(act) && k_check_map(x, true, NULL, y, true) == ATTN_OK);
+    attn__bias_act_run(act, x, NULL, NULL, y);
+}
+
+void attn__bias_act_run(attn_act act, const attn_view *x, const attn_view *b, attn_view *pre,
+                        attn_view *y) {
+    ATTN_ASSERT(act_ok(act) && (!pre || k_same_view(pre, x) || !attn__overlaps_raw(pre, x)));
     if (attn_view_numel(x) == 0)
         return;
-    k_iter it;
-    k_iter_init(&it, 2, (const attn_view *[]){x, y}, true);
+    attn_view bb = *x;
+    if (b) {
+        attn_status st = broadcast_to(b, x, &bb);
+        ATTN_ASSERT(st == ATTN_OK);
+        (void)st;
+    }
+    k_iter it; /* rows only when there is a bias: its index is the last axis */
+    k_iter_init(&it, 4, (const attn_view *[]){x, &bb, pre ? pre : x, y}, b == NULL);
     if (x->dtype == ATTN_F32)
-        act_f32(act, &it, x, y);
+        act_f32(act, &it, x, b ? &bb : NULL, pre, y);
     else
-        act_f64(act, &it, x, y);
+        act_f64(act, &it, x, b ? &bb : NULL, pre, y);
 }
 
 attn_status attn_activation_backward(attn_act act, const attn_view *x, const attn_view *dy,
@@ -108,14 +157,23 @@ attn_status attn_activation_backward(attn_act act, const attn_view *x, const att
 void attn__activation_backward_run(attn_act act, const attn_view *x, const attn_view *dy,
                                    attn_view *dx) {
     ATTN_ASSERT(act_ok(act) && k_check_map(x, false, dy, dx, false) == ATTN_OK);
+    attn__activation_grad_run(act, x, dy, dx, true);
+}
+
+void attn__activation_grad_run(attn_act act, const attn_view *x, const attn_view *dy,
+                               attn_view *dx, bool accumulate) {
+    /* written, not accumulated, dx may be exactly dy (each element read before it is written) */
+    ATTN_ASSERT(act_ok(act) &&
+                (k_check_map(x, false, dy, dx, false) == ATTN_OK ||
+                 (!accumulate && k_same_view(dx, dy) && !attn__overlaps_raw(dx, x))));
     if (attn_view_numel(x) == 0)
         return;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx}, true);
     if (x->dtype == ATTN_F32)
-        act_bwd_f32(act, &it, x, dy, dx);
+        act_bwd_f32(act, &it, x, dy, dx, accumulate);
     else
-        act_bwd_f64(act, &it, x, dy, dx);
+        act_bwd_f64(act, &it, x, dy, dx, accumulate);
 }
 
 attn_status attn_gelu(attn_act act, const attn_view *x, attn_view *y) {
@@ -128,12 +186,6 @@ attn_status attn_relu(const attn_view *x, attn_view *y) {
     return activation(ATTN_ACT_RELU, x, y);
 }
 
-/* b viewed with x's shape by NumPy broadcasting (ATTN_ESHAPE when it does not). */
-static attn_status broadcast_to(const attn_view *b, const attn_view *x, attn_view *out) {
-    if (b->ndim > x->ndim)
-        return ATTN_ESHAPE;
-    return attn_view_broadcast(b, x->ndim, x->shape, out);
-}
 
 static attn_status add_check(const attn_view *x, const attn_view *b, const attn_view *y) {
     ATTN_TRY(k_check_float(x, 0));

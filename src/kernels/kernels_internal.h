@@ -20,9 +20,20 @@ ATTN_HIDDEN void attn__add_run(const attn_view *x, const attn_view *b, attn_view
 ATTN_HIDDEN void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db);
 /* y = act(x) elementwise (y may be exactly x). */
 ATTN_HIDDEN void attn__activation_run(attn_act act, const attn_view *x, attn_view *y);
-/* dx = act'(x) dy. */
+/*
+ * The bias + activation epilogue of a GEMM, one pass: v = x + b (b (n) broadcast
+ * over x's rows; NULL: v = x), pre = v when pre is not NULL, y = act(v). pre and
+ * y may each be exactly x; otherwise no output overlaps an input or the other.
+ */
+ATTN_HIDDEN void attn__bias_act_run(attn_act act, const attn_view *x, const attn_view *b,
+                                    attn_view *pre, attn_view *y);
+/* dx += act'(x) dy. */
 ATTN_HIDDEN void attn__activation_backward_run(attn_act act, const attn_view *x,
                                                const attn_view *dy, attn_view *dx);
+/* The same, or dx = act'(x) dy when not accumulate (dx is then not read: no zeroing). */
+ATTN_HIDDEN void attn__activation_grad_run(attn_act act, const attn_view *x,
+                                           const attn_view *dy, attn_view *dx,
+                                           bool accumulate);
 /* attn_layernorm and its backward, arguments as validated by them. */
 ATTN_HIDDEN void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
                                      const attn_view *beta, attn_view *y, attn_view *mean,

@@ -120,6 +120,9 @@ static dw_plan plan_dw(const attn_view *x, const attn_view *dy) {
     p.dy = as_matrix(dy);
     for (int k = 0; k + 2 < p.x.ndim; ++k)
         p.nslices *= p.x.shape[k];
+    /* slices without a row add nothing to dW: none at all, not 2^40 empty products */
+    if (p.x.shape[p.x.ndim - 2] == 0)
+        p.nslices = 0;
     return p;
 }
 
@@ -157,7 +160,8 @@ attn_status attn__linear_backward_need(const attn_view *x, const attn_view *w,
         dw_plan p = plan_dw(x, dy);
         attn_view xs = p.merged ? p.x : slice_of(&p.x, 0);
         attn_view ds = p.merged ? p.dy : slice_of(&p.dy, 0);
-        ATTN_TRY(attn__gemm_need(ATTN_TRANS, ATTN_NO_TRANS, &xs, &ds, dw, &n));
+        if (p.merged || p.nslices > 0) /* no slice: no product (an empty x may have no data) */
+            ATTN_TRY(attn__gemm_need(ATTN_TRANS, ATTN_NO_TRANS, &xs, &ds, dw, &n));
     }
     *bytes = n > need ? n : need;
     return ATTN_OK;

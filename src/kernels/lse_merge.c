@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The lse merge of partial attention results (kernels/lse_merge.h), for each dtype. */
+/* The softmax merge of partial attention results (kernels/lse_merge.h), for each dtype. */
 #include <math.h>
 
 #include "kernels/lse_merge.h"

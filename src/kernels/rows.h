@@ -152,4 +152,24 @@ static inline attn_status k_check_map(const attn_view *a, bool unary, const attn
     return k_check_out(out, 2, (const attn_view *[]){a, b}, in_place ? 1u : 0u);
 }
 
+/* Elements per task of the elementwise maps (a stack buffer of this many T). */
+#define K_CHUNK     1024
+#define K_ACT_FLOPS 40.0 /* a GELU element, in flop-equivalents for attn__threads */
+#define K_MEM_FLOPS 4.0  /* an element of a memory-bound pass (add, sum, copy) */
+
+/* fn(ctx, lo, hi) over [0, ntasks), threaded by attn__threads (src/kernels/elementwise.c). */
+ATTN_HIDDEN void attn__k_parallel(int64_t ntasks, double flops,
+                                  void (*fn)(void *, int64_t, int64_t), void *ctx);
+
+/*
+ * Vectorized f32 activations (src/kernels/vmath.c; AVX2/AVX-512 clones picked
+ * at load time), contiguous arrays of n: y = GELU(x) for act GELU_ERF or
+ * GELU_TANH (y may be x), and dx += GELU'(x) dy (dx = GELU'(x) dy when not accumulate). Accuracy over all floats,
+ * against the formula evaluated in double with libm and rounded, is measured
+ * by tests/test_vmath.c and stated in docs/design.md.
+ */
+ATTN_HIDDEN void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_t n);
+ATTN_HIDDEN void attn__vgelu_grad_f32(attn_act act, const float *x, const float *dy, float *dx,
+                                      int64_t n, bool accumulate);
+
 #endif /* ATTN_TMPL_ROWS_H */

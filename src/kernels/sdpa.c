@@ -123,6 +123,7 @@ typedef struct fwd_ctx {
     const attn__sdpa_plan *p;
     const attn_view       *q, *k, *v, *out, *weights, *lse;
     size_t                 off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
+    attn__rows_f64         mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
 } fwd_ctx;
 
 /* clang-format off */
@@ -243,10 +244,11 @@ static void fwd_one(void *arg, int64_t t, int tid) {
         fwd_task_f64(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
 }
 
-void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                    const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
-                    void *work, size_t work_size) {
-    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse};
+static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                     const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
+                     attn__rows_f64 mo, attn__rows_f64 lo, void *work, size_t work_size) {
+    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse,
+                 .mo = mo, .lo = lo};
     int64_t ntasks;
     int nt;
     size_t total;
@@ -256,12 +258,25 @@ void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vie
     (void)st;
     (void)work_size;
     /* nothing to write (Dv == 0, no lse, no weights): no loop over B*H*Tq rows (fuzz_sdpa) */
-    bool idle = p->Dv == 0 && !lse && (!weights || p->Tk == 0);
+    bool idle = p->Dv == 0 && !lse && !mo.base && (!weights || p->Tk == 0);
     if (ntasks == 0 || idle)
         return;
     /* tasks (b, h, query block), the costliest (last, under causal) first */
     fwd_loop loop = {&c, (p->Tq + p->bq - 1) / p->bq, work};
     attn__parallel_for(nt, ntasks, fwd_one, &loop);
+}
+
+void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                    const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
+                    void *work, size_t work_size) {
+    sdpa_run(p, q, k, v, out, weights, lse, (attn__rows_f64){0}, (attn__rows_f64){0}, work,
+             work_size);
+}
+
+void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                       const attn_view *v, attn_view *out, attn__rows_f64 m, attn__rows_f64 l,
+                       void *work, size_t work_size) {
+    sdpa_run(p, q, k, v, out, NULL, NULL, m, l, work, work_size);
 }
 
 /* The public door: check -> size -> acquire workspace -> run. */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* attn_sdpa_backward: gradients of attention, probabilities recomputed from the saved lse. */
+#include <math.h>
 #include <string.h>
 
 #include "attn_config.h"
@@ -17,8 +18,15 @@ typedef struct bwd_ctx {
     const attn_view       *q, *k, *v, *out, *lse, *dout;
     attn_view             *dq, *dk, *dv;
     unsigned               want; /* which gradients were given */
-    size_t                 off_p, off_ds, off_gw, gws, per_thread;
+    size_t                 off_p, off_ds, off_gw, off_kap, gws, per_thread;
+    attn__rows_f64         kappa; /* given corrections (base NULL: computed per block) */
+    attn__rows_f64         sums;  /* attn__sdpa_lse_sums: where the row sums go */
 } bwd_ctx;
+
+/* Per-thread cache of the corrections of the last query block seen. */
+typedef struct bwd_kap {
+    int64_t b, h, i0, valid;
+} bwd_kap;
 
 /* clang-format off */
 #define ATTN_TMPL_F32
@@ -88,7 +96,10 @@ static attn_status layout(bwd_ctx *c) {
     c->off_p = 0;
     c->off_ds = attn__align64(tilesz);
     c->off_gw = c->off_ds + attn__align64(tilesz);
-    if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->per_thread))
+    /* the lse corrections of one query block: a tag, bq doubles, bq flags */
+    size_t kap = sizeof(bwd_kap) + (size_t)p->bq * (sizeof(double) + 1);
+    if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->off_kap) ||
+        !attn__add_sz(c->off_kap, attn__align64(kap), &c->per_thread))
         return ATTN_ERANGE;
     return ATTN_OK;
 }
@@ -207,15 +218,17 @@ typedef struct bwd_loop {
 
 static void bwd_one(void *arg, int64_t t, int tid) {
     const bwd_loop *l = arg;
-    run_task(l->c, l->s, l->pass, t, (char *)l->work + (size_t)tid * l->c->per_thread);
+    char *wsp = (char *)l->work + (size_t)tid * l->c->per_thread;
+    ((bwd_kap *)(wsp + l->c->off_kap))->valid = 0; /* the workspace is the caller's */
+    run_task(l->c, l->s, l->pass, t, wsp);
 }
 
-void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                             const attn_view *v, const attn_view *out, const attn_view *lse,
-                             const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
-                             void *work, size_t work_size) {
+static void backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                         const attn_view *v, const attn_view *out, const attn_view *lse,
+                         const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
+                         attn__rows_f64 kappa, void *work, size_t work_size) {
     bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .lse = lse, .dout = dout,
-                 .dq = dq, .dk = dk, .dv = dv,
+                 .dq = dq, .dk = dk, .dv = dv, .kappa = kappa,
                  .want = (dq ? WANT_DQ : 0) | (dk ? WANT_DK : 0) | (dv ? WANT_DV : 0)};
     attn_status st = layout(&c);
     ATTN_ASSERT(st == ATTN_OK &&
@@ -232,6 +245,40 @@ void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const
         bwd_loop loop = {&c, &s, pass, work};
         attn__parallel_for(nt, n, bwd_one, &loop);
     }
+}
+
+void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                             const attn_view *v, const attn_view *out, const attn_view *lse,
+                             const attn_view *dout, attn_view *dq, attn_view *dk, attn_view *dv,
+                             void *work, size_t work_size) {
+    backward_run(p, q, k, v, out, lse, dout, dq, dk, dv, (attn__rows_f64){0}, work, work_size);
+}
+
+void attn__sdpa_backward_run_kappa(const attn__sdpa_plan *p, const attn_view *q,
+                                   const attn_view *k, const attn_view *v, const attn_view *out,
+                                   const attn_view *lse, const attn_view *dout, attn_view *dq,
+                                   attn_view *dk, attn_view *dv, attn__rows_f64 kappa,
+                                   void *work, size_t work_size) {
+    backward_run(p, q, k, v, out, lse, dout, dq, dk, dv, kappa, work, work_size);
+}
+
+void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                         const attn_view *v, const attn_view *lse, attn__rows_f64 sums, void *work,
+                         size_t work_size) {
+    bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .lse = lse, .sums = sums};
+    attn_status st = layout(&c);
+    ATTN_ASSERT(st == ATTN_OK && c.per_thread <= work_size);
+    (void)st;
+    (void)work_size;
+    int64_t nqb = p->Tq > 0 ? (p->Tq + p->bq - 1) / p->bq : 0;
+    for (int64_t b = 0; b < p->B; ++b)
+        for (int64_t h = 0; h < p->H; ++h)
+            for (int64_t qb = 0; qb < nqb; ++qb) {
+                if (p->dt == ATTN_F32)
+                    bwd_sums_task_f32(&c, b, h, qb * p->bq, work);
+                else
+                    bwd_sums_task_f64(&c, b, h, qb * p->bq, work);
+            }
 }
 
 size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,

@@ -77,7 +77,7 @@ attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
         return ATTN_ERANGE;
     p->off_part = attn__align64(thr);
     p->off_lse = p->off_part + attn__align64(parts);
-    p->off_pos = p->off_lse + attn__align64(nrow * sizeof(double));
+    p->off_pos = p->off_lse + attn__align64(2 * nrow * sizeof(double)); /* max, sum */
     if ((size_t)p->B > SIZE_MAX / 16 ||
         !attn__add_sz(p->off_pos, attn__align64((size_t)p->B * sizeof(int64_t)), &p->total))
         return ATTN_ERANGE;

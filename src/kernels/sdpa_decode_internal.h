@@ -23,7 +23,8 @@ typedef struct attn__decode_plan {
     int threads;    /* attn's threads for this call (resolved, >= 1) */
     int64_t split;  /* keys per split requested (0 = automatic) */
     int64_t nsplit; /* splits per (b, kv head), the most any call of this plan uses */
-    size_t per_thread, off_part, off_lse, off_pos, total; /* off_pos: (B) int64 */
+    size_t per_thread, off_part, off_lse, off_pos,
+        total; /* off_lse: max, sum per split row; off_pos: (B) int64 */
 } attn__decode_plan;
 
 /* Rows of queries (G heads x Tq) one task handles together: above this, use attn_sdpa. */

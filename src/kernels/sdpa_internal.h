@@ -3,6 +3,8 @@
 #ifndef ATTN_SDPA_INTERNAL_H
 #define ATTN_SDPA_INTERNAL_H
 
+#include <math.h>
+
 #include "kernels/kernels_internal.h"
 
 /*
@@ -140,6 +142,59 @@ ATTN_HIDDEN void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_vi
                                          const attn_view *out, const attn_view *lse,
                                          const attn_view *dout, attn_view *dq, attn_view *dk,
                                          attn_view *dv, void *work, size_t work_size);
+
+/*
+ * Rows whose saved lse has lost the precision the backward's recomputed P needs
+ * (docs/numerics.md "Backward at large logits"): |lse| >= 2^6 in f32, 2^10 in f64,
+ * where one rounding of the lse moves every P of the row by more than ~2e-6 (f32) /
+ * 1e-13 (f64) relative. The backward corrects them by kappa = log sum_j exp(s_j - lse)
+ * over the row's visible keys: P = exp(s - lse - kappa), in double.
+ */
+static inline bool attn__sdpa_lse_inexact(attn_dtype dt, double lse) {
+    return isfinite(lse) && fabs(lse) >= (dt == ATTN_F32 ? 64.0 : 1024.0);
+}
+
+/*
+ * Row-major (B, H, Tq) doubles addressed as base[b * s0 + h * s1 + i] (the ring's
+ * slices of its per-row arrays).
+ */
+typedef struct attn__rows_f64 {
+    double *base;
+    int64_t s0, s1;
+} attn__rows_f64;
+
+/*
+ * The forward with the row statistics in double instead of a dtype lse: m (the row
+ * max, -inf for a row with no key) and l (sum exp(s - m)), so that partial results
+ * merge exactly at any logit magnitude (ring attention). out as attn__sdpa_run.
+ */
+ATTN_HIDDEN void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q,
+                                   const attn_view *k, const attn_view *v, attn_view *out,
+                                   attn__rows_f64 m, attn__rows_f64 l, void *work,
+                                   size_t work_size);
+
+/*
+ * sums[b, h, i] += sum over the visible keys of exp(s_ij - lse_i), for the rows whose
+ * lse is inexact (attn__sdpa_lse_inexact); the others are left alone. The workspace
+ * of attn__sdpa_backward_need suffices. Ring attention adds the blocks' sums, then
+ * passes kappa = log(sum) to attn__sdpa_backward_run_kappa.
+ */
+ATTN_HIDDEN void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q,
+                                     const attn_view *k, const attn_view *v, const attn_view *lse,
+                                     attn__rows_f64 sums, void *work, size_t work_size);
+
+/*
+ * attn__sdpa_backward_run with the lse corrections given (kappa[b, h, i], 0 = none)
+ * instead of computed from this call's keys alone (ring attention: a row's keys lie
+ * on every rank).
+ */
+ATTN_HIDDEN void attn__sdpa_backward_run_kappa(const attn__sdpa_plan *p, const attn_view *q,
+                                               const attn_view *k, const attn_view *v,
+                                               const attn_view *out, const attn_view *lse,
+                                               const attn_view *dout, attn_view *dq,
+                                               attn_view *dk, attn_view *dv,
+                                               attn__rows_f64 kappa, void *work,
+                                               size_t work_size);
 
 /* A 2-D (rows, cols) view of v[b, h, r0:r0+rows, :] (a 4-D view). */
 ATTN_HIDDEN attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0,

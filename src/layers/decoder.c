@@ -409,10 +409,15 @@ size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, cons
             if (attn__shape_view(c.self_attn.dtype, nd[i], sh[i],
                                  attn__dec_saved_slot(&sv, i)) != ATTN_OK)
                 return 0;
-    attn_view dout;
-    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout) != ATTN_OK)
+    /* every gradient wanted (dx, dmemory, all parameters), as the doc says */
+    attn_view dout, dx, dm;
+    attn_decoder_params g = p;
+    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout) != ATTN_OK ||
+        attn__shape_view(c.self_attn.dtype, 3, x->shape, &dx) != ATTN_OK ||
+        (memory && attn__shape_view(c.self_attn.dtype, 3, memory->shape, &dm) != ATTN_OK))
         return 0;
-    dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .sv = &sv, .dout = &dout};
+    dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .sv = &sv, .dout = &dout,
+                  .dx = &dx, .dm = memory ? &dm : NULL, .g = &g};
     size_t need;
     return attn__layer_need(bwd_cb, &d, &need) == ATTN_OK ? need : 0;
 }

@@ -157,6 +157,20 @@ static attn_view act_view(attn__plan *pl, const attn_view *traced, const attn_vi
     return traced ? *traced : attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
 }
 
+/* r = res + MHA(d's input): folded into the output projection unless the trace keeps MHA's output. */
+static attn_status mha_residual(const attn_encoder_config *c, const attn_encoder_params *p,
+                                const attn__mha_dims *d, const attn_sdpa_opts *opts,
+                                const attn_view *res, attn_view *r, const attn_trace *tr,
+                                attn__plan *pl) {
+    if (!tr->projected_attention)
+        return attn__mha_forward_body_res(&c->mha, &p->mha, d, opts, res, r, tr, pl);
+    attn_view pa = *tr->projected_attention;
+    ATTN_TRY(attn__mha_forward_body(&c->mha, &p->mha, d, opts, &pa, tr, pl));
+    if (attn__plan_running(pl))
+        attn__add_run(res, &pa, r);
+    return ATTN_OK;
+}
+
 static attn_status forward_body(const void *args, attn__plan *pl) {
     const enc_call *a = args;
     const attn_encoder_config *c = a->c;
@@ -167,12 +181,14 @@ static attn_status forward_body(const void *args, attn__plan *pl) {
     const attn_view *g1 = c->ln_affine ? &p->ln1_g : NULL, *b1 = c->ln_affine ? &p->ln1_b : NULL;
     const attn_view *g2 = c->ln_affine ? &p->ln2_g : NULL, *b2 = c->ln_affine ? &p->ln2_b : NULL;
     bool run = attn__plan_running(pl);
-    attn_trace inner = *tr; /* the FFN's output is m below, which is the trace's mlp_output */
-    inner.mlp_output = NULL;
-    attn_view a_ = act_view(pl, tr->projected_attention, x);
+    /*
+     * The residual adds are folded into the output projection and the FFN's
+     * down projection (C := residual + bias, then the GEMM with beta = 1), unless
+     * the trace asks for the sublayer's own output (projected_attention,
+     * mlp_output: then it is written there and added after).
+     */
     attn_view r1 = act_view(pl, tr->residual1, x);
     attn_view ln1 = act_view(pl, tr->ln1, x);
-    attn_view m = act_view(pl, tr->mlp_output, x);
     attn__mha_dims d;
     if (c->norm == ATTN_PRE_NORM) {
         /* r1 = x + MHA(LN1(x));  out = r1 + FFN(LN2(r1)) */
@@ -180,26 +196,19 @@ static attn_status forward_body(const void *args, attn__plan *pl) {
         if (run)
             attn__layernorm_run(c->eps, x, g1, b1, &ln1, tr->ln1_mean, tr->ln1_rstd);
         d = attn__mha_dims_self(&c->mha, &ln1);
-        ATTN_TRY(attn__mha_forward_body(&c->mha, &p->mha, &d, a->opts, &a_, &inner, pl));
-        if (run) {
-            attn__add_run(x, &a_, &r1);
-            attn__layernorm_run(c->eps, &r1, g2, b2, &ln2, tr->ln2_mean, tr->ln2_rstd);
-        }
-        ATTN_TRY(attn__ffn_forward_body(&c->ffn, &p->ffn, &ln2, &m, &inner, pl));
+        ATTN_TRY(mha_residual(c, p, &d, a->opts, x, &r1, tr, pl));
         if (run)
-            attn__add_run(&r1, &m, out);
+            attn__layernorm_run(c->eps, &r1, g2, b2, &ln2, tr->ln2_mean, tr->ln2_rstd);
+        ATTN_TRY(attn__ffn_forward_body_res(&c->ffn, &p->ffn, &ln2, &r1, out, tr, pl));
     } else {
         /* r1 = x + MHA(x); ln1 = LN1(r1); r2 = ln1 + FFN(ln1); out = LN2(r2) */
         attn_view r2 = act_view(pl, tr->residual2, x);
         d = attn__mha_dims_self(&c->mha, x);
-        ATTN_TRY(attn__mha_forward_body(&c->mha, &p->mha, &d, a->opts, &a_, &inner, pl));
-        if (run) {
-            attn__add_run(x, &a_, &r1);
+        ATTN_TRY(mha_residual(c, p, &d, a->opts, x, &r1, tr, pl));
+        if (run)
             attn__layernorm_run(c->eps, &r1, g1, b1, &ln1, tr->ln1_mean, tr->ln1_rstd);
-        }
-        ATTN_TRY(attn__ffn_forward_body(&c->ffn, &p->ffn, &ln1, &m, &inner, pl));
+        ATTN_TRY(attn__ffn_forward_body_res(&c->ffn, &p->ffn, &ln1, &ln1, &r2, tr, pl));
         if (run) {
-            attn__add_run(&ln1, &m, &r2);
             attn__layernorm_run(c->eps, &r2, g2, b2, out, tr->ln2_mean, tr->ln2_rstd);
             if (tr->ln2)
                 attn__view_copy_run(out, tr->ln2);
@@ -274,13 +283,13 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
     attn_view *db2 = g && c->ln_affine ? &g->ln2_b : NULL;
     attn_mha_params *gm = g ? &g->mha : NULL;
     attn_ffn_params *gf = g ? &g->ffn : NULL;
-    attn_view dr1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
+    attn_view dr1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
     attn_view dln = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
     attn__mha_dims d;
     if (c->norm == ATTN_PRE_NORM) {
-        /* out = r1 + FFN(LN2(r1)): dr1 = dout + LN2'(FFN'(dout)) */
+        /* out = r1 + FFN(LN2(r1)): dr1 = dout + LN2'(FFN'(dout)); dr1 := dout, one pass */
         if (run)
-            attn__add_backward_run(dout, &dr1, NULL);
+            attn__view_copy_run(dout, &dr1);
         ATTN_TRY(attn__ffn_backward_body(&c->ffn, &p->ffn, k->ln2, k, dout, &dln, gf, pl));
         if (run) {
             attn__layernorm_backward_run(k->residual1, g2, k->ln2_mean, k->ln2_rstd, &dln, &dr1,
@@ -297,6 +306,8 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
             attn__layernorm_backward_run(x, g1, k->ln1_mean, k->ln1_rstd, &dln1, dx, dg1, db1);
     } else {
         /* out = LN2(r2), r2 = ln1 + FFN(ln1), ln1 = LN1(r1), r1 = x + MHA(x) */
+        if (run)
+            memset(dr1.data, 0, (size_t)attn_view_numel(&dr1) * attn_dtype_size(x->dtype));
         attn_view dr2 = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
         if (run) {
             attn__layernorm_backward_run(k->residual2, g2, k->ln2_mean, k->ln2_rstd, dout, &dr2,
@@ -318,7 +329,10 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
 }
 
 /* The cache a backward reads: ln1, q, k, v, concat, lse, residual1, ln2 (pre) or
-   residual2 (post), mlp_hidden_pre, mlp_hidden, the LN statistics. */
+   residual2 (post), mlp_hidden_pre, mlp_hidden, the LN statistics. q, k and v are
+   three tensors: as column blocks of one, the span-based aliasing check of the
+   trace's outputs would see them overlap, so the training forward projects them
+   with three GEMMs (inference, which keeps no trace, with one). */
 static void cache_shapes(const attn_encoder_config *c, int64_t B, int64_t T,
                          int64_t shp[15][3], int *nd) {
     int64_t C = c->mha.d_model, HD = c->mha.heads * c->mha.d_head;

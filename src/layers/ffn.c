@@ -130,21 +130,37 @@ attn_status attn__ffn_check_trace(const attn_ffn_config *c, const attn_view *x,
 attn_status attn__ffn_forward_body(const attn_ffn_config *c, const attn_ffn_params *p,
                                    const attn_view *x, attn_view *out, const attn_trace *tr,
                                    attn__plan *pl) {
+    return attn__ffn_forward_body_res(c, p, x, NULL, out, tr, pl);
+}
+
+attn_status attn__ffn_forward_body_res(const attn_ffn_config *c, const attn_ffn_params *p,
+                                       const attn_view *x, const attn_view *residual,
+                                       attn_view *out, const attn_trace *tr, attn__plan *pl) {
     int64_t sh[ATTN_MAX_DIMS];
     attn__with_last(x, c->d_ff, sh);
-    attn_view pre = tr->mlp_hidden_pre ? *tr->mlp_hidden_pre
-                                       : attn__plan_scratch(pl, c->dtype, x->ndim, sh, false);
-    /* without a trace the activation runs in place */
-    attn_view hid = tr->mlp_hidden       ? *tr->mlp_hidden
-                    : tr->mlp_hidden_pre ? attn__plan_scratch(pl, c->dtype, x->ndim, sh, false)
-                                         : pre;
-    /* pre = x W1 + b1; hid = act(pre); out = hid W2 + b2 */
-    ATTN_TRY(attn__plan_linear(pl, x, &p->w1, c->bias ? &p->b1 : NULL, &pre));
+    /*
+     * pre = x W1 + b1; hid = act(pre): the GEMM writes the buffer the trace
+     * keeps pre in (else hid's), and one pass over it adds b1, keeps pre and
+     * writes hid (in place without a trace).
+     */
+    attn_view hid = tr->mlp_hidden ? *tr->mlp_hidden
+                                   : attn__plan_scratch(pl, c->dtype, x->ndim, sh, false);
+    attn_view g = tr->mlp_hidden_pre ? *tr->mlp_hidden_pre : hid;
+    ATTN_TRY(attn__plan_linear_act(pl, x, &p->w1, c->bias ? &p->b1 : NULL, c->act, &g,
+                                   tr->mlp_hidden_pre != NULL, &hid));
+    const attn_view *b2 = c->bias ? &p->b2 : NULL;
+    if (residual && !tr->mlp_output) /* out = residual + b2 + hid W2: C := r + b2, beta = 1 */
+        return attn__plan_linear_res(pl, &hid, &p->w2, b2, residual, out);
+    if (!residual) {
+        ATTN_TRY(attn__plan_linear(pl, &hid, &p->w2, b2, out));
+        if (tr->mlp_output && attn__plan_running(pl))
+            attn__view_copy_run(out, tr->mlp_output);
+        return ATTN_OK;
+    }
+    /* the trace keeps the FFN's own output: m there, then out = residual + m */
+    ATTN_TRY(attn__plan_linear(pl, &hid, &p->w2, b2, tr->mlp_output));
     if (attn__plan_running(pl))
-        attn__activation_run(c->act, &pre, &hid);
-    ATTN_TRY(attn__plan_linear(pl, &hid, &p->w2, c->bias ? &p->b2 : NULL, out));
-    if (tr->mlp_output && attn__plan_running(pl))
-        attn__view_copy_run(out, tr->mlp_output);
+        attn__add_run(residual, tr->mlp_output, out);
     return ATTN_OK;
 }
 
@@ -215,12 +231,13 @@ attn_status attn__ffn_backward_body(const attn_ffn_config *c, const attn_ffn_par
                                     attn__plan *pl) {
     int64_t sh[ATTN_MAX_DIMS];
     attn__with_last(x, c->d_ff, sh);
-    attn_view dh = attn__plan_scratch(pl, c->dtype, x->ndim, sh, true);
-    attn_view dpre = attn__plan_scratch(pl, c->dtype, x->ndim, sh, true);
-    ATTN_TRY(attn__plan_linear_backward(pl, cache->mlp_hidden, &p->w2, dout, &dh,
-                                        g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
+    /* dh := dout W2^T, then dpre := act'(pre) dh in place: written, never zeroed */
+    attn_view dh = attn__plan_scratch(pl, c->dtype, x->ndim, sh, false);
+    attn_view dpre = dh;
+    ATTN_TRY(attn__plan_linear_backward_set(pl, cache->mlp_hidden, &p->w2, dout, &dh,
+                                            g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
     if (attn__plan_running(pl))
-        attn__activation_backward_run(c->act, cache->mlp_hidden_pre, &dh, &dpre);
+        attn__activation_grad_run(c->act, cache->mlp_hidden_pre, &dh, &dpre, false);
     return attn__plan_linear_backward(pl, x, &p->w1, &dpre, dx, g ? &g->w1 : NULL,
                                       g && c->bias ? &g->b1 : NULL);
 }

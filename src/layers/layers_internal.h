@@ -67,9 +67,28 @@ ATTN_HIDDEN attn_status attn__plan_sdpa(attn__plan *pl, const attn_view *q, cons
 /* y = x W (+ b) and its backward inside a body (need while counting, run while running). */
 ATTN_HIDDEN attn_status attn__plan_linear(attn__plan *pl, const attn_view *x,
                                           const attn_view *w, const attn_view *b, attn_view *y);
+/*
+ * Fused forms (the GEMM's epilogue in one pass over its output):
+ * linear_act: g = x W, then v = g + b, g = v when keep_pre, y = act(v) (y may
+ * be exactly g); linear_res: y = r + b + x W as y := r + b, then the GEMM with
+ * beta = 1 (r may be exactly y; y must not overlap x or W).
+ */
+ATTN_HIDDEN attn_status attn__plan_linear_act(attn__plan *pl, const attn_view *x,
+                                              const attn_view *w, const attn_view *b,
+                                              attn_act act, attn_view *g, bool keep_pre,
+                                              attn_view *y);
+ATTN_HIDDEN attn_status attn__plan_linear_res(attn__plan *pl, const attn_view *x,
+                                              const attn_view *w, const attn_view *b,
+                                              const attn_view *r, attn_view *y);
 ATTN_HIDDEN attn_status attn__plan_linear_backward(attn__plan *pl, const attn_view *x,
                                                    const attn_view *w, const attn_view *dy,
                                                    attn_view *dx, attn_view *dw, attn_view *db);
+
+/* The same, but dx := dy W^T is written, not accumulated (a scratch dx needs no zeroing). */
+ATTN_HIDDEN attn_status attn__plan_linear_backward_set(attn__plan *pl, const attn_view *x,
+                                                       const attn_view *w, const attn_view *dy,
+                                                       attn_view *dx, attn_view *dw,
+                                                       attn_view *db);
 
 /* (B, T, H*D) as heads (B, H, T, D), a view. */
 ATTN_HIDDEN attn_view attn__heads(const attn_view *x, int64_t D);
@@ -137,6 +156,17 @@ ATTN_HIDDEN attn_status attn__mha_forward_body(const attn_mha_config *c,
                                                const attn__mha_dims *d,
                                                const attn_sdpa_opts *opts, attn_view *out,
                                                const attn_trace *tr, attn__plan *pl);
+/*
+ * The same with a residual folded into the output projection: out = residual +
+ * MHA (residual NULL: attn__mha_forward_body); out may be exactly residual and
+ * must not overlap anything else the body reads.
+ */
+ATTN_HIDDEN attn_status attn__mha_forward_body_res(const attn_mha_config *c,
+                                                   const attn_mha_params *p,
+                                                   const attn__mha_dims *d,
+                                                   const attn_sdpa_opts *opts,
+                                                   const attn_view *residual, attn_view *out,
+                                                   const attn_trace *tr, attn__plan *pl);
 ATTN_HIDDEN attn_status attn__mha_backward_body(const attn_mha_config *c,
                                                 const attn_mha_params *p,
                                                 const attn__mha_dims *d,
@@ -160,6 +190,16 @@ ATTN_HIDDEN attn_status attn__ffn_forward_body(const attn_ffn_config *c,
                                                const attn_ffn_params *p, const attn_view *x,
                                                attn_view *out, const attn_trace *tr,
                                                attn__plan *pl);
+/*
+ * The same with a residual folded into the down projection: out = residual +
+ * FFN(x) (residual NULL: attn__ffn_forward_body). out may be exactly residual;
+ * with a trace's mlp_output, that gets FFN(x) and out the sum.
+ */
+ATTN_HIDDEN attn_status attn__ffn_forward_body_res(const attn_ffn_config *c,
+                                                   const attn_ffn_params *p,
+                                                   const attn_view *x,
+                                                   const attn_view *residual, attn_view *out,
+                                                   const attn_trace *tr, attn__plan *pl);
 ATTN_HIDDEN attn_status attn__ffn_backward_body(const attn_ffn_config *c,
                                                 const attn_ffn_params *p, const attn_view *x,
                                                 const attn_trace *cache, const attn_view *dout,

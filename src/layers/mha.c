@@ -170,19 +170,134 @@ attn_status attn__mha_check_trace(const attn_mha_config *c, const attn__mha_dims
     return attn__want_opt(tr->lse, dt, 3, sl);
 }
 
+/*
+ * n views (2 or 3) as one, concatenated along the last axis, when they are its
+ * adjacent blocks: the same ndim, shape but for the last axis, and strides,
+ * each starting where the previous one's last-axis extent ends. That is
+ * PyTorch's in_proj_weight (3C, C) seen transposed as wq, wk, wv (C, C) with
+ * strides (1, C), or the column slices of one (B, T, 3C) activation.
+ */
+static bool cat_views(int n, const attn_view *const *v, attn_view *cat) {
+    const attn_view *a = v[0];
+    int nd = a->ndim, last = nd - 1;
+    int64_t ext = a->shape[last];
+    size_t es = attn_dtype_size(a->dtype);
+    for (int i = 1; i < n; ++i) {
+        const attn_view *b = v[i];
+        if (b->ndim != nd || b->dtype != a->dtype)
+            return false;
+        for (int k = 0; k < nd; ++k)
+            if (b->stride[k] != a->stride[k] || (k != last && b->shape[k] != a->shape[k]))
+                return false;
+        const char *want = (const char *)a->data + ext * a->stride[last] * (int64_t)es;
+        if ((const char *)b->data != want || a->stride[last] == 0)
+            return false;
+        ext += b->shape[last];
+    }
+    *cat = *a;
+    cat->shape[last] = ext;
+    return true;
+}
+
+/* Columns [c0, c0 + n) of a (B, T, W) view. */
+static attn_view cols(const attn_view *x, int64_t c0, int64_t n) {
+    attn_view v = *x;
+    v.data = (char *)x->data + c0 * x->stride[2] * (int64_t)attn_dtype_size(x->dtype);
+    v.shape[2] = n;
+    return v;
+}
+
+/* How the Q, K, V projections run: one GEMM for all three, one for K and V, or three. */
+typedef enum { QKV_SEPARATE, QKV_ONE, KV_ONE } qkv_mode;
+
+static qkv_mode qkv_plan(const attn_mha_params *p, const attn__mha_dims *d, attn_view *wcat) {
+    if (d->xkv == d->xq && cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
+        return QKV_ONE;
+    if (cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, wcat))
+        return KV_ONE;
+    return QKV_SEPARATE;
+}
+
+/*
+ * Q, K, V (B, T, heads*D) in one scratch (B, T, HD + 2 KD) whose column blocks
+ * they are (self-attention; cross-attention: K and V in one (B, Tk, 2 KD)), so
+ * that adjacent weights project them in one GEMM; a trace's q, k, v are used
+ * instead when given (one GEMM when they too are adjacent blocks).
+ */
+static void qkv_buffers(const attn_mha_config *c, const attn__mha_dims *d, const attn_trace *tr,
+                        attn__plan *pl, attn_view *Q, attn_view *K, attn_view *V) {
+    attn_dtype dt = c->dtype;
+    int64_t sq[3] = {d->B, d->Tq, d->HD}, sk[3] = {d->B, d->Tk, d->KD};
+    if (tr->q || tr->k || tr->v) {
+        *Q = tr->q ? *tr->q : attn__plan_scratch(pl, dt, 3, sq, false);
+        *K = tr->k ? *tr->k : attn__plan_scratch(pl, dt, 3, sk, false);
+        *V = tr->v ? *tr->v : attn__plan_scratch(pl, dt, 3, sk, false);
+        return;
+    }
+    if (d->xkv == d->xq) {
+        attn_view all =
+            attn__plan_scratch(pl, dt, 3, (int64_t[]){d->B, d->Tq, d->HD + 2 * d->KD}, false);
+        *Q = cols(&all, 0, d->HD);
+        *K = cols(&all, d->HD, d->KD);
+        *V = cols(&all, d->HD + d->KD, d->KD);
+        return;
+    }
+    *Q = attn__plan_scratch(pl, dt, 3, sq, false);
+    attn_view kv = attn__plan_scratch(pl, dt, 3, (int64_t[]){d->B, d->Tk, 2 * d->KD}, false);
+    *K = cols(&kv, 0, d->KD);
+    *V = cols(&kv, d->KD, d->KD);
+}
+
+/* One projection GEMM, then its bias added block by block (the biases need not be adjacent). */
+static attn_status proj_cat(attn__plan *pl, const attn_view *x, const attn_view *wcat,
+                            attn_view *ycat, int n, const attn_view *const *b,
+                            attn_view *const *y) {
+    ATTN_TRY(attn__plan_linear(pl, x, wcat, NULL, ycat));
+    if (attn__plan_running(pl))
+        for (int i = 0; i < n; ++i)
+            if (b[i])
+                attn__add_run(y[i], b[i], y[i]);
+    return ATTN_OK;
+}
+
+static attn_status qkv_project(const attn_mha_config *c, const attn_mha_params *p,
+                               const attn__mha_dims *d, attn__plan *pl, attn_view *Q,
+                               attn_view *K, attn_view *V) {
+    attn_view wcat, ycat;
+    qkv_mode m = qkv_plan(p, d, &wcat);
+    const attn_view *bq = c->bias ? &p->bq : NULL, *bk = c->bias ? &p->bk : NULL;
+    const attn_view *bv = c->bias ? &p->bv : NULL;
+    if (m == QKV_ONE && cat_views(3, (const attn_view *[]){Q, K, V}, &ycat))
+        return proj_cat(pl, d->xq, &wcat, &ycat, 3, (const attn_view *[]){bq, bk, bv},
+                        (attn_view *[]){Q, K, V});
+    if (m == QKV_ONE) /* the weights are adjacent, the outputs not: K and V still are? */
+        m = cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, &wcat) ? KV_ONE
+                                                                        : QKV_SEPARATE;
+    ATTN_TRY(attn__plan_linear(pl, d->xq, &p->wq, bq, Q));
+    if (m == KV_ONE && cat_views(2, (const attn_view *[]){K, V}, &ycat))
+        return proj_cat(pl, d->xkv, &wcat, &ycat, 2, (const attn_view *[]){bk, bv},
+                        (attn_view *[]){K, V});
+    ATTN_TRY(attn__plan_linear(pl, d->xkv, &p->wk, bk, K));
+    return attn__plan_linear(pl, d->xkv, &p->wv, bv, V);
+}
+
 attn_status attn__mha_forward_body(const attn_mha_config *c, const attn_mha_params *p,
                                    const attn__mha_dims *d, const attn_sdpa_opts *opts,
                                    attn_view *out, const attn_trace *tr, attn__plan *pl) {
+    return attn__mha_forward_body_res(c, p, d, opts, NULL, out, tr, pl);
+}
+
+attn_status attn__mha_forward_body_res(const attn_mha_config *c, const attn_mha_params *p,
+                                       const attn__mha_dims *d, const attn_sdpa_opts *opts,
+                                       const attn_view *residual, attn_view *out,
+                                       const attn_trace *tr, attn__plan *pl) {
     attn_dtype dt = c->dtype;
-    int64_t sq[3] = {d->B, d->Tq, d->HD}, sk[3] = {d->B, d->Tk, d->KD};
+    int64_t sq[3] = {d->B, d->Tq, d->HD};
     /* Q, K, V (B, T, heads*D) and the merged-heads output O (B, Tq, H*D) */
-    attn_view Q = tr->q ? *tr->q : attn__plan_scratch(pl, dt, 3, sq, false);
-    attn_view K = tr->k ? *tr->k : attn__plan_scratch(pl, dt, 3, sk, false);
-    attn_view V = tr->v ? *tr->v : attn__plan_scratch(pl, dt, 3, sk, false);
+    attn_view Q, K, V;
+    qkv_buffers(c, d, tr, pl, &Q, &K, &V);
     attn_view O = tr->concat ? *tr->concat : attn__plan_scratch(pl, dt, 3, sq, false);
-    ATTN_TRY(attn__plan_linear(pl, d->xq, &p->wq, c->bias ? &p->bq : NULL, &Q));
-    ATTN_TRY(attn__plan_linear(pl, d->xkv, &p->wk, c->bias ? &p->bk : NULL, &K));
-    ATTN_TRY(attn__plan_linear(pl, d->xkv, &p->wv, c->bias ? &p->bv : NULL, &V));
+    ATTN_TRY(qkv_project(c, p, d, pl, &Q, &K, &V));
     /* heads are views: (B, T, H*D) -> (B, H, T, D); sdpa writes O merged in place */
     attn_view Qh = attn__heads(&Q, c->d_head), Kh = attn__heads(&K, c->d_head);
     attn_view Vh = attn__heads(&V, c->d_head), Oh = attn__heads(&O, c->d_head);
@@ -212,8 +327,11 @@ attn_status attn__mha_forward_body(const attn_mha_config *c, const attn_mha_para
         ATTN_TRY(attn__sdpa_need(sp, &Qh, &Kh, &Vh, &need));
         attn__plan_inner(pl, need);
     }
-    /* out = O Wo + bo */
-    return attn__plan_linear(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out);
+    /* out = O Wo + bo, or with the residual folded in: out := residual + bo, out += O Wo */
+    const attn_view *bo = c->bias ? &p->bo : NULL;
+    if (residual)
+        return attn__plan_linear_res(pl, &O, &p->wo, bo, residual, out);
+    return attn__plan_linear(pl, &O, &p->wo, bo, out);
 }
 
 /* The arguments of one public MHA call, for its body. */
@@ -284,20 +402,41 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
 
 /* ---- backward ------------------------------------------------------------ */
 
+/*
+ * The projections' backward: dx += dY W^T, dW += x^T dY, db += sum dY for Q, K, V.
+ * (dQ, dK, dV stay three buffers: the sdpa backward takes gradients that do not
+ * overlap, and column blocks of one buffer do by the span test, so the forward's
+ * one-GEMM projection has no backward counterpart.)
+ */
+static attn_status qkv_backward(const attn_mha_config *c, const attn_mha_params *p,
+                                const attn__mha_dims *d, attn_view *dQ, attn_view *dK,
+                                attn_view *dV, attn_view *dx_q, attn_view *dx_kv,
+                                attn_mha_params *g, attn__plan *pl) {
+    /* self-attention: x_kv is x_q, and so its gradient lands in dx_q */
+    attn_view *dxkv = d->xkv == d->xq ? dx_q : dx_kv;
+    ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
+                                        g && c->bias ? &g->bq : NULL));
+    ATTN_TRY(attn__plan_linear_backward(pl, d->xkv, &p->wk, dK, dxkv, g ? &g->wk : NULL,
+                                        g && c->bias ? &g->bk : NULL));
+    return attn__plan_linear_backward(pl, d->xkv, &p->wv, dV, dxkv, g ? &g->wv : NULL,
+                                      g && c->bias ? &g->bv : NULL);
+}
+
 attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_params *p,
                                     const attn__mha_dims *d, const attn_sdpa_opts *opts,
                                     const attn_trace *cache, const attn_view *dout,
                                     attn_view *dx_q, attn_view *dx_kv, attn_mha_params *g,
                                     attn__plan *pl) {
     attn_dtype dt = c->dtype;
-    int64_t sq[3] = {d->B, d->Tq, d->HD}, sk[3] = {d->B, d->Tk, d->KD};
+    int64_t sq[3] = {d->B, d->Tq, d->HD};
+    int64_t sk[3] = {d->B, d->Tk, d->KD};
     attn_view dQ = attn__plan_scratch(pl, dt, 3, sq, true);
     attn_view dK = attn__plan_scratch(pl, dt, 3, sk, true);
     attn_view dV = attn__plan_scratch(pl, dt, 3, sk, true);
-    attn_view dO = attn__plan_scratch(pl, dt, 3, sq, true);
-    /* out = O Wo + bo */
-    ATTN_TRY(attn__plan_linear_backward(pl, cache->concat, &p->wo, dout, &dO, g ? &g->wo : NULL,
-                                        g && c->bias ? &g->bo : NULL));
+    attn_view dO = attn__plan_scratch(pl, dt, 3, sq, false);
+    /* out = O Wo + bo: dO = dout Wo^T written, not accumulated (no zeroing pass) */
+    ATTN_TRY(attn__plan_linear_backward_set(pl, cache->concat, &p->wo, dout, &dO,
+                                            g ? &g->wo : NULL, g && c->bias ? &g->bo : NULL));
     attn_view Qh = attn__heads(cache->q, c->d_head), Kh = attn__heads(cache->k, c->d_head);
     attn_view Vh = attn__heads(cache->v, c->d_head), Oh = attn__heads(cache->concat, c->d_head);
     attn_view dQh = attn__heads(&dQ, c->d_head), dKh = attn__heads(&dK, c->d_head);
@@ -315,14 +454,7 @@ attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_par
         ATTN_TRY(attn__sdpa_backward_need(sp, &Qh, &Kh, &Vh, &need));
         attn__plan_inner(pl, need);
     }
-    /* self-attention: x_kv is x_q, and so its gradient lands in dx_q */
-    attn_view *dxkv = d->xkv == d->xq ? dx_q : dx_kv;
-    ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, &dQ, dx_q, g ? &g->wq : NULL,
-                                        g && c->bias ? &g->bq : NULL));
-    ATTN_TRY(attn__plan_linear_backward(pl, d->xkv, &p->wk, &dK, dxkv, g ? &g->wk : NULL,
-                                        g && c->bias ? &g->bk : NULL));
-    return attn__plan_linear_backward(pl, d->xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL,
-                                      g && c->bias ? &g->bv : NULL);
+    return qkv_backward(c, p, d, &dQ, &dK, &dV, dx_q, dx_kv, g, pl);
 }
 
 static attn_status backward_body(const void *args, attn__plan *pl) {

@@ -51,7 +51,9 @@ void attn__plan_inner(attn__plan *pl, size_t need) {
         pl->inner = need;
 }
 void *attn__plan_inner_base(const attn__plan *pl) {
-    return pl->counting ? NULL : pl->base + attn__align64(pl->used);
+    /* integer arithmetic: base is NULL when the call needs no workspace (NULL + 0 is UB) */
+    return pl->counting ? NULL
+                        : (void *)((uintptr_t)pl->base + attn__align64(pl->used));
 }
 size_t attn__plan_inner_size(const attn__plan *pl) {
     return pl->counting ? 0 : pl->size - attn__align64(pl->used);
@@ -90,6 +92,39 @@ attn_status attn__plan_linear(attn__plan *pl, const attn_view *x, const attn_vie
     return ATTN_OK;
 }
 
+attn_status attn__plan_linear_act(attn__plan *pl, const attn_view *x, const attn_view *w,
+                                  const attn_view *b, attn_act act, attn_view *g,
+                                  bool keep_pre, attn_view *y) {
+    if (pl->counting) {
+        size_t need;
+        ATTN_TRY(attn__linear_need(x, w, g, &need));
+        attn__plan_inner(pl, need);
+        return ATTN_OK;
+    }
+    /* g = x W, then in one pass over it: v = g + b, g = v (kept), y = act(v) */
+    attn__linear_run(x, w, NULL, g, attn__plan_inner_base(pl), attn__plan_inner_size(pl));
+    attn__bias_act_run(act, g, b, keep_pre ? g : NULL, y);
+    return ATTN_OK;
+}
+
+attn_status attn__plan_linear_res(attn__plan *pl, const attn_view *x, const attn_view *w,
+                                  const attn_view *b, const attn_view *r, attn_view *y) {
+    if (pl->counting) {
+        size_t need;
+        ATTN_TRY(attn__linear_need(x, w, y, &need));
+        attn__plan_inner(pl, need);
+        return ATTN_OK;
+    }
+    /* y := r + b, then y += x W (the GEMM with beta = 1) */
+    if (b)
+        attn__add_run(r, b, y);
+    else if (r->data != y->data)
+        attn__view_copy_run(r, y);
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, w, 1.0, y, attn__plan_inner_base(pl),
+                   attn__plan_inner_size(pl)); /* x, y are (..., n) with n >= 2 dims here */
+    return ATTN_OK;
+}
+
 attn_status attn__plan_linear_backward(attn__plan *pl, const attn_view *x, const attn_view *w,
                                        const attn_view *dy, attn_view *dx, attn_view *dw,
                                        attn_view *db) {
@@ -101,6 +136,24 @@ attn_status attn__plan_linear_backward(attn__plan *pl, const attn_view *x, const
     }
     attn__linear_backward_run(x, w, dy, dx, dw, db, attn__plan_inner_base(pl),
                               attn__plan_inner_size(pl));
+    return ATTN_OK;
+}
+
+attn_status attn__plan_linear_backward_set(attn__plan *pl, const attn_view *x,
+                                           const attn_view *w, const attn_view *dy,
+                                           attn_view *dx, attn_view *dw, attn_view *db) {
+    if (pl->counting) {
+        size_t need;
+        ATTN_TRY(attn__linear_backward_need(x, w, dy, dx, dw, &need));
+        attn__plan_inner(pl, need);
+        return ATTN_OK;
+    }
+    void *work = attn__plan_inner_base(pl);
+    size_t ws = attn__plan_inner_size(pl);
+    /* dx := dy W^T (beta 0: dx needs no zeroing), then dW, db accumulated as ever */
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, 1.0, dy, w, 0.0, dx, work, ws);
+    if (dw || db)
+        attn__linear_backward_run(x, w, dy, NULL, dw, db, work, ws);
     return ATTN_OK;
 }
 

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "attn/ring.h"
-#include "kernels/lse_merge.h"    /* the lse merge, shared with the decode kernel */
+#include "kernels/lse_merge.h"    /* the softmax merge, shared with split-KV decode */
 #include "kernels/sdpa_internal.h" /* the sdpa plan and runs; ATTN__SDPA_LSE_EMPTY */
 
 /* clang-format off */
@@ -40,7 +40,7 @@ typedef struct ring_io {
 /* Workspace blocks, in order. X0..X2 are the forward's piece out, piece lse and running
    lse (double), or the backward's two travelling gradient accumulators and this step's
    gradients (each one packed dK/dV block). */
-enum { W_GATHER, W_KV0, W_KV1, W_X0, W_X1, W_X2, W_KLEN, W_SDPA, W_COUNT };
+enum { W_GATHER, W_KV0, W_KV1, W_X0, W_X1, W_X2, W_KLEN, W_KAP, W_SDPA, W_COUNT };
 
 /* Validated arguments of one call and the carving of its workspace. */
 typedef struct ring_ctx {
@@ -58,6 +58,7 @@ typedef struct ring_ctx {
     attn_view q, k, v;
     ring_io io;
     size_t off[W_COUNT]; /* byte offsets into the workspace */
+    bool sums;           /* backward's first ring: the lse corrections' row sums only */
     size_t sdpa_ws, total;
 } ring_ctx;
 
@@ -264,15 +265,18 @@ static attn_status layout_work(ring_ctx *c) {
                         : attn__sdpa_need(&pl, &c->q, &kb, &vb, &ws));
         c->sdpa_ws = ws > c->sdpa_ws ? ws : c->sdpa_ws;
     }
+    /* forward: piece out, piece (m, l) and running (m, l) in double, so that the merge
+       is exact at any logit magnitude; backward: the lse corrections (kappa) per row */
     size_t n[W_COUNT] = {(size_t)c->P * (size_t)(c->B + 1),
                          (size_t)kvn,
                          (size_t)kvn,
                          c->bwd ? (size_t)kvn : (size_t)bhtd,
-                         c->bwd ? (size_t)kvn : (size_t)bht,
-                         c->bwd ? (size_t)kvn : (size_t)bht,
+                         c->bwd ? (size_t)kvn : 2 * (size_t)bht,
+                         c->bwd ? (size_t)kvn : 2 * (size_t)bht,
                          (size_t)c->B,
+                         c->bwd ? (size_t)bht : 0,
                          c->sdpa_ws};
-    size_t es[W_COUNT] = {8, c->es, c->es, c->es, c->es, c->bwd ? c->es : 8, 8, 1};
+    size_t es[W_COUNT] = {8, c->es, c->es, c->es, c->bwd ? c->es : 8, c->bwd ? c->es : 8, 8, 8, 1};
     size_t at = 0, bytes;
     for (int i = 0; i < W_COUNT; ++i) {
         c->off[i] = at;
@@ -282,6 +286,29 @@ static attn_status layout_work(ring_ctx *c) {
     }
     c->total = at;
     return ATTN_OK;
+}
+
+/* True when the caller's workspace [work, work + n) overlaps any argument of the call. */
+static bool work_overlaps(const void *work, size_t n, const attn_view *q, const attn_view *k,
+                          const attn_view *v, const ring_io *io) {
+    const attn_view *all[12] = {q, k, v};
+    int m = 3;
+    if (io) {
+        const attn_view *x[9] = {io->out, io->lse, io->fout, io->flse, io->dout,
+                                 io->dq,  io->dk,  io->dv,   NULL};
+        for (int i = 0; i < 8; ++i)
+            all[m++] = x[i];
+    }
+    uintptr_t wl = (uintptr_t)work, wh = wl + n;
+    for (int i = 0; i < m; ++i) {
+        if (!all[i])
+            continue;
+        const void *lo, *hi;
+        attn_view_span(all[i], &lo, &hi);
+        if (lo != hi && n > 0 && (uintptr_t)lo < wh && wl < (uintptr_t)hi)
+            return true;
+    }
+    return false;
 }
 
 /* Agree on one status: the largest code any rank reports. */
@@ -349,6 +376,10 @@ static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn
             *work = *owned;
         } else if (work_size < c->total || *work == NULL) {
             s = ATTN_EWORKSPACE;
+        } else if (c->total > 0 && (uintptr_t)*work % 8 != 0) {
+            s = ATTN_EINVAL; /* the workspace alignment rule (docs/reliability.md) */
+        } else if (work_overlaps(*work, c->total, q, k, v, io)) {
+            s = ATTN_EALIAS;
         }
     }
     s = agree(c->comm, s);
@@ -423,7 +454,8 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
     block_views(c, buf, Tsrc, &kb, &vb);
     if (c->bwd)
         block_views(c, gbuf, Tsrc, &gkb, &gvb);
-    double *run = (double *)(w + c->off[W_X2]);
+    double *run = (double *)(w + c->off[W_X2]), *kap = (double *)(w + c->off[W_KAP]);
+    int64_t bht = c->B * c->H * c->T;
     *computed = false;
     for (int a = 0; a < nqs; ++a) {
         int64_t nk = c->causal ? 0 : Tsrc;
@@ -456,17 +488,24 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
             /* the arguments were validated by setup(): one plan, then the trusted run */
             attn__sdpa_plan pl;
             ATTN_TRY(attn__sdpa_plan_init(&qv, &kv, &vv, &so, false, &pl));
-            if (!c->bwd) {
-                attn_view ov, lv;
+            attn__rows_f64 rows_kap = {kap + r0, c->H * c->T, c->T};
+            if (c->sums) { /* sum exp(s - lse) over this block's visible keys */
+                attn_view fl;
+                ATTN_TRY(attn_view_slice(c->io.flse, 2, r0, r1, 1, &fl));
+                attn__sdpa_lse_sums(&pl, &qv, &kv, &vv, &fl, rows_kap, w + c->off[W_SDPA],
+                                    c->sdpa_ws);
+            } else if (!c->bwd) {
+                attn_view ov;
+                double *pm = (double *)(w + c->off[W_X1]), *pl_ = pm + bht;
                 ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off[W_X0], 4,
                                         (int64_t[]){c->B, c->H, m, c->Dv}));
-                ATTN_TRY(attn_view_init(&lv, c->dt, w + c->off[W_X1], 3,
-                                        (int64_t[]){c->B, c->H, m}));
-                attn__sdpa_run(&pl, &qv, &kv, &vv, &ov, NULL, &lv, w + c->off[W_SDPA], c->sdpa_ws);
+                attn__sdpa_run_ml(&pl, &qv, &kv, &vv, &ov, (attn__rows_f64){pm, c->H * m, m},
+                                  (attn__rows_f64){pl_, c->H * m, m}, w + c->off[W_SDPA],
+                                  c->sdpa_ws);
                 if (c->dt == ATTN_F32)
-                    merge_f32(c->io.out, run, ov.data, lv.data, r0, m);
+                    merge_f32(c->io.out, run, run + bht, ov.data, pm, pl_, r0, m);
                 else
-                    merge_f64(c->io.out, run, ov.data, lv.data, r0, m);
+                    merge_f64(c->io.out, run, run + bht, ov.data, pm, pl_, r0, m);
             } else {
                 attn_view fo, fl, dov, dqv, gk, gv;
                 ATTN_TRY(attn_view_slice(c->io.fout, 2, r0, r1, 1, &fo));
@@ -476,9 +515,10 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
                     ATTN_TRY(attn_view_slice(c->io.dq, 2, r0, r1, 1, &dqv));
                 ATTN_TRY(attn_view_slice(&gkb, 2, 0, nkm, 1, &gk));
                 ATTN_TRY(attn_view_slice(&gvb, 2, 0, nkm, 1, &gv));
-                attn__sdpa_backward_run(&pl, &qv, &kv, &vv, &fo, &fl, &dov,
-                                        c->io.dq ? &dqv : NULL, &gk, &gv, w + c->off[W_SDPA],
-                                        c->sdpa_ws);
+                /* the corrections of rows whose lse is inexact come from every rank's keys */
+                attn__sdpa_backward_run_kappa(&pl, &qv, &kv, &vv, &fo, &fl, &dov,
+                                              c->io.dq ? &dqv : NULL, &gk, &gv, rows_kap,
+                                              w + c->off[W_SDPA], c->sdpa_ws);
             }
             *computed = true;
             int done;
@@ -617,22 +657,52 @@ static attn_status ring_call(MPI_Comm comm, bool bwd, const attn_view *q, const 
         block_views(&c, w + c.off[W_KV0], c.T, &kb, &vb);
         attn__view_copy_run(k, &kb); /* shapes checked, the buffer is ours */
         attn__view_copy_run(v, &vb);
-        if (!bwd) { /* running result: out = 0, lse = "no key yet" until a block contributes */
-            for (int64_t i = 0, n = c.B * c.H * c.T; i < n; ++i)
-                run[i] = ATTN__SDPA_LSE_EMPTY;
+        int64_t bht = c.B * c.H * c.T;
+        if (!bwd) { /* running result: out = 0, (m, l) = (-inf, 0) until a block contributes */
+            for (int64_t i = 0; i < bht; ++i)
+                run[i] = -INFINITY, run[bht + i] = 0;
             if (c.dt == ATTN_F32)
                 zero_out_f32(io->out);
             else
                 zero_out_f64(io->out);
+        } else { /* kappa: 0 (no correction) unless a row's lse is inexact somewhere */
+            double *kap = (double *)(w + c.off[W_KAP]);
+            int any = 0, all = 0;
+            for (int64_t i = 0; i < bht; ++i)
+                kap[i] = 0;
+            for (int64_t b = 0; b < c.B && !any; ++b)
+                for (int64_t h = 0; h < c.H && !any; ++h)
+                    for (int64_t i = 0; i < c.T && !any; ++i) {
+                        const char *at = (const char *)io->flse->data +
+                                         (b * io->flse->stride[0] + h * io->flse->stride[1] +
+                                          i * io->flse->stride[2]) * (int64_t)c.es;
+                        double L = c.dt == ATTN_F32 ? *(const float *)at : *(const double *)at;
+                        any = attn__sdpa_lse_inexact(c.dt, L);
+                    }
+            if (MPI_Allreduce(&any, &all, 1, MPI_INT, MPI_MAX, c.comm) != MPI_SUCCESS)
+                s = ATTN_EMPI;
+            if (s == ATTN_OK && all) { /* one more ring: the rows' sums over every block */
+                c.sums = true, c.bwd = false;
+                s = ring_loop(&c, w, &st, &own);
+                c.sums = false, c.bwd = true;
+                s = agree(c.comm, s);
+                for (int64_t i = 0; i < bht; ++i)
+                    kap[i] = kap[i] > 0 || kap[i] != kap[i] ? log(kap[i]) : 0;
+                attn_view kb2, vb2; /* the ring left another rank's block in hand */
+                block_views(&c, w + c.off[W_KV0], c.T, &kb2, &vb2);
+                attn__view_copy_run(k, &kb2);
+                attn__view_copy_run(v, &vb2);
+            }
         }
-        s = ring_loop(&c, w, &st, &own);
+        if (s == ATTN_OK)
+            s = ring_loop(&c, w, &st, &own);
         s = agree(c.comm, s);
     }
     if (s == ATTN_OK && !bwd && io->lse) {
         if (c.dt == ATTN_F32)
-            store_lse_f32(io->lse, run);
+            store_lse_f32(io->lse, run, run + c.B * c.H * c.T);
         else
-            store_lse_f64(io->lse, run);
+            store_lse_f64(io->lse, run, run + c.B * c.H * c.T);
     }
     if (s == ATTN_OK && bwd) { /* dk += the gradients of this rank's block, dv too */
         attn_view gk, gv;

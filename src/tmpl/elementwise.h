@@ -21,7 +21,7 @@ static inline T SFX(act_fwd)(attn_act act, T x) {
     return x < 0 ? (T)0 : x;
 }
 
-/* act'(x) in double (f32 GELU tanh takes gelu_tanh_fast_bwd below instead). */
+/* act'(x) in double (f32 GELU takes the vectorized attn__vgelu_grad_f32 instead). */
 static inline double SFX(act_grad)(attn_act act, double x) {
     switch (act) {
     case ATTN_ACT_GELU_TANH: {
@@ -38,103 +38,162 @@ static inline double SFX(act_grad)(attn_act act, double x) {
 }
 
 /*
- * GELU tanh in f32, the FFN's hot loop: 0.5 x (1 + tanh u) = x / (1 + exp(-2u)),
- * the same function without tanh's cancellation for negative x, with the
- * vectorized exp of src/vexp.c over chunks (relative error a few 1e-7).
- * Backward: with s = 1 / (1 + exp(-2u)), d/dx = s + 2 x u' s (1 - s).
+ * The activation maps run over tasks (a task: one chunk of K_CHUNK elements of
+ * one row), split among the threads attn__threads grants (src/kernels/
+ * elementwise.c). f32 GELU takes the vectorized kernels of src/kernels/vmath.c
+ * on contiguous chunks (strided ones are gathered into a stack buffer); f64 and
+ * ReLU the scalar formulas above (f64: libm, so exact to the formula).
+ *
+ * The forward is also the bias + activation epilogue of a GEMM: y = act(x + b)
+ * with b (n) broadcast over rows, the pre-activation x + b optionally stored in
+ * pre (the FFN's trace), all in one pass over each chunk while it is in L1.
  */
-static inline void SFX(gelu_tanh_chunk)(const T *x, int64_t sx, int64_t n, T *e) {
-    for (int64_t i = 0; i < n; ++i) {
-        T v = x[i * sx];
-        e[i] = (T)(-2 * K_SQRT_2_PI) * (v + (T)0.044715 * v * v * v);
-    }
-    T_VEXP_SUM(e, n, 0); /* e = exp(-2u) */
+typedef struct SFX(act_ctx) {
+    attn_act act;
+    const k_iter *it; /* operands: x, b (broadcast; x when absent), pre (x when absent), y */
+    const T *x, *b;
+    T *pre, *y;
+    const T *dy; /* backward: operands x, dy, dx (dx in y) */
+    int64_t nchunk;
+    bool acc; /* backward: dx += (else dx =) */
+} SFX(act_ctx);
+
+static void SFX(act_map)(attn_act act, const T *v, T *y, int64_t n) {
+    if (T_IS_F32 && act != ATTN_ACT_RELU)
+        attn__vgelu_f32(act, (const float *)(const void *)v, (float *)(void *)y, n);
+    else
+        for (int64_t i = 0; i < n; ++i)
+            y[i] = SFX(act_fwd)(act, v[i]);
 }
 
-static void SFX(gelu_tanh_fast)(const T *x, int64_t sx, T *y, int64_t sy, int64_t n) {
-    T e[GELU_CHUNK];
-    for (int64_t c0 = 0; c0 < n; c0 += GELU_CHUNK) {
-        int64_t len = n - c0 < GELU_CHUNK ? n - c0 : GELU_CHUNK;
-        const T *xc = x + c0 * sx;
-        T *yc = y + c0 * sy;
-        SFX(gelu_tanh_chunk)(xc, sx, len, e);
-        for (int64_t i = 0; i < len; ++i)
-            yc[i * sy] = xc[i * sx] / ((T)1 + e[i]);
-    }
-}
-
-static void SFX(gelu_tanh_fast_bwd)(const T *x, int64_t sx, const T *dy, int64_t sdy, T *dx,
-                                    int64_t sdx, int64_t n) {
-    T e[GELU_CHUNK];
-    for (int64_t c0 = 0; c0 < n; c0 += GELU_CHUNK) {
-        int64_t len = n - c0 < GELU_CHUNK ? n - c0 : GELU_CHUNK;
-        const T *xc = x + c0 * sx, *dyc = dy + c0 * sdy;
-        T *dxc = dx + c0 * sdx;
-        SFX(gelu_tanh_chunk)(xc, sx, len, e);
-        for (int64_t i = 0; i < len; ++i) {
-            T v = xc[i * sx], s = (T)1 / ((T)1 + e[i]);
-            T q = e[i] > (T)1e30 ? (T)1 : e[i] * s; /* 1 - s, exactly where it is tiny */
-            T du = (T)K_SQRT_2_PI * ((T)1 + (T)(3 * 0.044715) * v * v);
-            dxc[i * sdx] += (s + 2 * v * du * s * q) * dyc[i * sdy];
+static void SFX(act_tasks)(void *ctx, int64_t t0, int64_t t1) {
+    const SFX(act_ctx) *c = ctx;
+    const k_iter *it = c->it;
+    int64_t sx = it->rstride[0], sb = it->rstride[1], sp = it->rstride[2], sy = it->rstride[3];
+    T buf[K_CHUNK];
+    for (int64_t t = t0; t < t1; ++t) {
+        int64_t r = t / c->nchunk, c0 = (t % c->nchunk) * K_CHUNK, off[4];
+        int64_t len = it->n - c0 < K_CHUNK ? it->n - c0 : K_CHUNK;
+        k_iter_row(it, r, off);
+        const T *xr = c->x + off[0] + c0 * sx;
+        T *yr = c->y + off[3] + c0 * sy;
+        if (!c->b && !c->pre && sx == 1 && sy == 1) {
+            SFX(act_map)(c->act, xr, yr, len);
+            continue;
+        }
+        if (c->b) {
+            const T *br = c->b + off[1] + c0 * sb;
+            for (int64_t i = 0; i < len; ++i)
+                buf[i] = xr[i * sx] + br[i * sb];
+        } else {
+            for (int64_t i = 0; i < len; ++i)
+                buf[i] = xr[i * sx];
+        }
+        if (c->pre) {
+            T *pr = c->pre + off[2] + c0 * sp;
+            for (int64_t i = 0; i < len; ++i)
+                pr[i * sp] = buf[i];
+        }
+        if (sy == 1) {
+            SFX(act_map)(c->act, buf, yr, len);
+        } else {
+            SFX(act_map)(c->act, buf, buf, len);
+            for (int64_t i = 0; i < len; ++i)
+                yr[i * sy] = buf[i];
         }
     }
 }
 
-static void SFX(act)(attn_act act, const k_iter *it, const attn_view *x, attn_view *y) {
-    const T *xp = x->data;
-    T *yp = y->data;
-    int64_t sx = it->rstride[0], sy = it->rstride[1], off[2];
-    for (int64_t r = 0; r < it->nrows; ++r) {
+/* y = act(x (+ b)), pre = x + b when asked; it over (x, b or x, pre or x, y). */
+static void SFX(act)(attn_act act, const k_iter *it, const attn_view *x, const attn_view *b,
+                     attn_view *pre, attn_view *y) {
+    SFX(act_ctx) c = {act, it, x->data, b ? b->data : NULL, pre ? pre->data : NULL, y->data,
+                      NULL, (it->n + K_CHUNK - 1) / K_CHUNK, false};
+    int64_t tasks = it->nrows * c.nchunk;
+    attn__k_parallel(tasks, (double)it->nrows * (double)it->n * K_ACT_FLOPS,
+                     SFX(act_tasks), &c);
+}
+
+static void SFX(act_bwd_tasks)(void *ctx, int64_t t0, int64_t t1) {
+    const SFX(act_ctx) *c = ctx;
+    const k_iter *it = c->it;
+    int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2];
+    T bx[K_CHUNK], bd[K_CHUNK], bo[K_CHUNK];
+    for (int64_t t = t0; t < t1; ++t) {
+        int64_t r = t / c->nchunk, c0 = (t % c->nchunk) * K_CHUNK, off[3];
+        int64_t len = it->n - c0 < K_CHUNK ? it->n - c0 : K_CHUNK;
         k_iter_row(it, r, off);
-        const T *xr = xp + off[0];
-        T *yr = yp + off[1];
-        if (T_IS_F32 && act == ATTN_ACT_GELU_TANH)
-            SFX(gelu_tanh_fast)(xr, sx, yr, sy, it->n);
-        else if (sx == 1 && sy == 1)
-            for (int64_t i = 0; i < it->n; ++i)
-                yr[i] = SFX(act_fwd)(act, xr[i]);
+        const T *xr = c->x + off[0] + c0 * s0, *dyr = c->dy + off[1] + c0 * s1;
+        T *dxr = c->y + off[2] + c0 * s2;
+        if (T_IS_F32 && c->act != ATTN_ACT_RELU) {
+            if (s0 == 1 && s1 == 1 && s2 == 1) {
+                attn__vgelu_grad_f32(c->act, (const float *)(const void *)xr,
+                                     (const float *)(const void *)dyr, (float *)(void *)dxr,
+                                     len, c->acc);
+                continue;
+            }
+            for (int64_t i = 0; i < len; ++i) {
+                bx[i] = xr[i * s0];
+                bd[i] = dyr[i * s1];
+                bo[i] = c->acc ? dxr[i * s2] : (T)0;
+            }
+            attn__vgelu_grad_f32(c->act, (const float *)(const void *)bx,
+                                 (const float *)(const void *)bd, (float *)(void *)bo, len, true);
+            for (int64_t i = 0; i < len; ++i)
+                dxr[i * s2] = bo[i];
+            continue;
+        }
+        if (c->acc)
+            for (int64_t i = 0; i < len; ++i)
+                dxr[i * s2] += (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
         else
-            for (int64_t i = 0; i < it->n; ++i)
-                yr[i * sy] = SFX(act_fwd)(act, xr[i * sx]);
+            for (int64_t i = 0; i < len; ++i)
+                dxr[i * s2] = (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
     }
 }
 
 static void SFX(act_bwd)(attn_act act, const k_iter *it, const attn_view *x,
-                         const attn_view *dy, attn_view *dx) {
-    const T *xp = x->data, *dyp = dy->data;
-    T *dxp = dx->data;
-    int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2], off[3];
-    for (int64_t r = 0; r < it->nrows; ++r) {
-        k_iter_row(it, r, off);
-        if (T_IS_F32 && act == ATTN_ACT_GELU_TANH) {
-            SFX(gelu_tanh_fast_bwd)(xp + off[0], s0, dyp + off[1], s1, dxp + off[2], s2, it->n);
-            continue;
-        }
-        for (int64_t i = 0; i < it->n; ++i)
-            dxp[off[2] + i * s2] +=
-                (T)(SFX(act_grad)(act, xp[off[0] + i * s0]) * dyp[off[1] + i * s1]);
-    }
+                         const attn_view *dy, attn_view *dx, bool acc) {
+    SFX(act_ctx) c = {act, it, x->data, NULL, NULL, dx->data, dy->data,
+                      (it->n + K_CHUNK - 1) / K_CHUNK, acc};
+    attn__k_parallel(it->nrows * c.nchunk, (double)it->nrows * (double)it->n * K_ACT_FLOPS,
+                     SFX(act_bwd_tasks), &c);
 }
 
 /* y = x + b (b already broadcast to x's shape); dx += dy is the same loop with y = dx. */
-static void SFX(add)(const k_iter *it, const attn_view *x, const attn_view *b, attn_view *y) {
-    const T *xp = x->data, *bp = b->data;
-    T *yp = y->data;
+typedef struct SFX(add_ctx) {
+    const k_iter *it;
+    const T *x, *b;
+    T *y;
+    int64_t nchunk;
+} SFX(add_ctx);
+
+static void SFX(add_tasks)(void *ctx, int64_t t0, int64_t t1) {
+    const SFX(add_ctx) *c = ctx;
+    const k_iter *it = c->it;
     int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2], off[3];
-    for (int64_t r = 0; r < it->nrows; ++r) {
+    for (int64_t t = t0; t < t1; ++t) {
+        int64_t r = t / c->nchunk, c0 = (t % c->nchunk) * K_CHUNK;
+        int64_t len = it->n - c0 < K_CHUNK ? it->n - c0 : K_CHUNK;
         k_iter_row(it, r, off);
-        const T *xr = xp + off[0], *br = bp + off[1];
-        T *yr = yp + off[2];
+        const T *xr = c->x + off[0] + c0 * s0, *br = c->b + off[1] + c0 * s1;
+        T *yr = c->y + off[2] + c0 * s2;
         if (s0 == 1 && s1 == 1 && s2 == 1)
-            for (int64_t i = 0; i < it->n; ++i)
+            for (int64_t i = 0; i < len; ++i)
                 yr[i] = xr[i] + br[i];
         else if (s0 == 1 && s1 == 0 && s2 == 1)
-            for (int64_t i = 0; i < it->n; ++i)
+            for (int64_t i = 0; i < len; ++i)
                 yr[i] = xr[i] + br[0];
         else
-            for (int64_t i = 0; i < it->n; ++i)
+            for (int64_t i = 0; i < len; ++i)
                 yr[i * s2] = xr[i * s0] + br[i * s1];
     }
+}
+
+static void SFX(add)(const k_iter *it, const attn_view *x, const attn_view *b, attn_view *y) {
+    SFX(add_ctx) c = {it, x->data, b->data, y->data, (it->n + K_CHUNK - 1) / K_CHUNK};
+    attn__k_parallel(it->nrows * c.nchunk, (double)it->nrows * (double)it->n * K_MEM_FLOPS,
+                     SFX(add_tasks), &c);
 }
 
 /*
@@ -143,36 +202,54 @@ static void SFX(add)(const k_iter *it, const attn_view *x, const attn_view *b, a
  * with partial sums in double on the stack (columns in chunks when the last axis is
  * kept), so f32 sums over many rows keep double accuracy without a workspace.
  */
-static void SFX(sum_into)(const k_sum *p, const attn_view *dy, attn_view *db) {
+typedef struct SFX(sum_ctx) {
+    const k_sum *p;
+    const T *dy;
+    T *db;
+    int64_t nchunk;
+} SFX(sum_ctx);
+
+static void SFX(sum_tasks)(void *ctx, int64_t t0, int64_t t1) {
     enum { CHUNK = 256 };
-    const T *dyp = dy->data;
-    T *dbp = db->data;
-    for (int64_t kk = 0; kk < p->nkeep; ++kk) {
+    const SFX(sum_ctx) *c = ctx;
+    const k_sum *p = c->p;
+    for (int64_t t = t0; t < t1; ++t) {
+        int64_t kk = t / c->nchunk, c0 = (t % c->nchunk) * CHUNK;
         int64_t ok_src, ok_dst, or_src, or_dst;
         k_sum_offset(&p->keep, kk, &ok_src, &ok_dst);
         if (!p->last_kept) {
             double acc = 0;
             for (int64_t rr = 0; rr < p->nred; ++rr) {
                 k_sum_offset(&p->red, rr, &or_src, &or_dst);
-                const T *s = dyp + ok_src + or_src;
+                const T *s = c->dy + ok_src + or_src;
                 for (int64_t i = 0; i < p->n; ++i)
                     acc += s[i * p->sn];
             }
-            dbp[ok_dst] += (T)acc;
+            c->db[ok_dst] += (T)acc;
             continue;
         }
-        for (int64_t c0 = 0; c0 < p->n; c0 += CHUNK) {
-            int64_t len = p->n - c0 < CHUNK ? p->n - c0 : CHUNK;
-            double acc[CHUNK] = {0};
-            for (int64_t rr = 0; rr < p->nred; ++rr) {
-                k_sum_offset(&p->red, rr, &or_src, &or_dst);
-                const T *s = dyp + ok_src + or_src + c0 * p->sn;
+        int64_t len = p->n - c0 < CHUNK ? p->n - c0 : CHUNK;
+        double acc[CHUNK] = {0};
+        for (int64_t rr = 0; rr < p->nred; ++rr) {
+            k_sum_offset(&p->red, rr, &or_src, &or_dst);
+            const T *s = c->dy + ok_src + or_src + c0 * p->sn;
+            if (p->sn == 1)
+                for (int64_t i = 0; i < len; ++i)
+                    acc[i] += s[i];
+            else
                 for (int64_t i = 0; i < len; ++i)
                     acc[i] += s[i * p->sn];
-            }
-            T *d = dbp + ok_dst + c0 * p->dn;
-            for (int64_t i = 0; i < len; ++i)
-                d[i * p->dn] += (T)acc[i];
         }
+        T *d = c->db + ok_dst + c0 * p->dn;
+        for (int64_t i = 0; i < len; ++i)
+            d[i * p->dn] += (T)acc[i];
     }
+}
+
+/* Tasks: kept index x column chunk of 256; each owns its db elements, so they run in parallel. */
+static void SFX(sum_into)(const k_sum *p, const attn_view *dy, attn_view *db) {
+    SFX(sum_ctx) c = {p, dy->data, db->data, p->last_kept ? (p->n + 255) / 256 : 1};
+    attn__k_parallel(p->nkeep * c.nchunk,
+                     (double)p->nkeep * (double)p->nred * (double)p->n * K_MEM_FLOPS,
+                     SFX(sum_tasks), &c);
 }

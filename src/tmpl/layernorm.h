@@ -40,29 +40,52 @@ static inline __attribute__((always_inline)) void SFX(ln_row)(const T *x, int64_
 }
 
 /* it: rows of (x, y); mean/rstd (NULL allowed) are indexed by the row number r through
- * their own row iterator ist (one element per row). */
+ * their own row iterator ist (one element per row). Rows are tasks, threaded. */
+typedef struct SFX(ln_ctx) {
+    double eps;
+    const k_iter *it, *ist;
+    const T *x, *dy, *g;
+    T *y;
+    SFX(ln_affine) a;
+    T *mean, *rstd;
+    const T *cmean, *crstd;
+    int64_t sg;
+    T *dg, *db;
+    int64_t sdg, sdb;
+} SFX(ln_ctx);
+
+static void SFX(ln_tasks)(void *ctx, int64_t r0, int64_t r1) {
+    const SFX(ln_ctx) *c = ctx;
+    const k_iter *it = c->it;
+    int64_t sx = it->rstride[0], sy = it->rstride[1], off[2], soff[2] = {0, 0};
+    for (int64_t r = r0; r < r1; ++r) {
+        double mu, rs;
+        k_iter_row(it, r, off);
+        if (sx == 1)
+            SFX(ln_stats)(c->x + off[0], 1, it->n, c->eps, &mu, &rs);
+        else
+            SFX(ln_stats)(c->x + off[0], sx, it->n, c->eps, &mu, &rs);
+        if (sx == 1 && sy == 1)
+            SFX(ln_row)(c->x + off[0], 1, c->y + off[1], 1, it->n, mu, rs, c->a);
+        else
+            SFX(ln_row)(c->x + off[0], sx, c->y + off[1], sy, it->n, mu, rs, c->a);
+        if (c->ist) {
+            k_iter_row(c->ist, r, soff);
+            if (c->mean)
+                c->mean[soff[0]] = (T)mu;
+            if (c->rstd)
+                c->rstd[soff[1]] = (T)rs;
+        }
+    }
+}
+
 static void SFX(layernorm)(double eps, const k_iter *it, const attn_view *x, attn_view *y,
                            SFX(ln_affine) a, const k_iter *ist, attn_view *mean,
                            attn_view *rstd) {
-    const T *xp = x->data;
-    T *yp = y->data;
-    int64_t sx = it->rstride[0], sy = it->rstride[1], off[2], soff[2] = {0, 0};
-    for (int64_t r = 0; r < it->nrows; ++r) {
-        double mu, rs;
-        k_iter_row(it, r, off);
-        SFX(ln_stats)(xp + off[0], sx, it->n, eps, &mu, &rs);
-        if (sx == 1 && sy == 1)
-            SFX(ln_row)(xp + off[0], 1, yp + off[1], 1, it->n, mu, rs, a);
-        else
-            SFX(ln_row)(xp + off[0], sx, yp + off[1], sy, it->n, mu, rs, a);
-        if (ist) {
-            k_iter_row(ist, r, soff);
-            if (mean)
-                ((T *)mean->data)[soff[0]] = (T)mu;
-            if (rstd)
-                ((T *)rstd->data)[soff[1]] = (T)rs;
-        }
-    }
+    SFX(ln_ctx) c = {.eps = eps, .it = it, .ist = ist, .x = x->data, .y = y->data, .a = a,
+                     .mean = mean ? mean->data : NULL, .rstd = rstd ? rstd->data : NULL};
+    attn__k_parallel(it->nrows, (double)it->nrows * (double)it->n * 2 * K_MEM_FLOPS,
+                     SFX(ln_tasks), &c);
 }
 
 /*
@@ -70,19 +93,18 @@ static void SFX(layernorm)(double eps, const k_iter *it, const attn_view *x, att
  *   dx += rstd * (g - mean(g) - xh * mean(g * xh))
  * (the LayerNorm Jacobian applied to g; see e.g. llm.c's layernorm_backward).
  */
-static void SFX(layernorm_bwd_dx)(const k_iter *it, const attn_view *x, const attn_view *dy,
-                                  attn_view *dx, const T *g, int64_t sg, const k_iter *ist,
-                                  const attn_view *mean, const attn_view *rstd) {
-    const T *xp = x->data, *dyp = dy->data, *mp = mean->data, *rp = rstd->data;
-    T *dxp = dx->data;
+static void SFX(ln_bwd_dx_tasks)(void *ctx, int64_t r0, int64_t r1) {
+    const SFX(ln_ctx) *c = ctx;
+    const k_iter *it = c->it;
+    const T *g = c->g;
     int64_t n = it->n, sx = it->rstride[0], sdy = it->rstride[1], sdx = it->rstride[2];
-    int64_t off[3], soff[2];
-    for (int64_t r = 0; r < it->nrows; ++r) {
+    int64_t sg = c->sg, off[3], soff[2];
+    for (int64_t r = r0; r < r1; ++r) {
         k_iter_row(it, r, off);
-        k_iter_row(ist, r, soff);
-        const T *xr = xp + off[0], *dyr = dyp + off[1];
-        T *dxr = dxp + off[2];
-        double mu = mp[soff[0]], rs = rp[soff[1]], sg1 = 0, sgx = 0;
+        k_iter_row(c->ist, r, soff);
+        const T *xr = c->x + off[0], *dyr = c->dy + off[1];
+        T *dxr = c->y + off[2];
+        double mu = c->cmean[soff[0]], rs = c->crstd[soff[1]], sg1 = 0, sgx = 0;
         for (int64_t i = 0; i < n; ++i) {
             double gi = g ? (double)dyr[i * sdy] * g[i * sg] : dyr[i * sdy];
             sg1 += gi;
@@ -98,27 +120,32 @@ static void SFX(layernorm_bwd_dx)(const k_iter *it, const attn_view *x, const at
     }
 }
 
-/*
- * dgamma += sum over rows of dy * xh, dbeta += sum over rows of dy. Columns go in
- * chunks whose partial sums live in double on the stack, so f32 sums over many
- * rows keep double accuracy without a workspace.
- */
-static void SFX(layernorm_bwd_params)(const k_iter *it, const attn_view *x, const attn_view *dy,
-                                      const k_iter *ist, const attn_view *mean,
-                                      const attn_view *rstd, T *dg, int64_t sdg, T *db,
-                                      int64_t sdb) {
-    enum { CHUNK = 128 };
-    const T *xp = x->data, *dyp = dy->data, *mp = mean->data, *rp = rstd->data;
+static void SFX(layernorm_bwd_dx)(const k_iter *it, const attn_view *x, const attn_view *dy,
+                                  attn_view *dx, const T *g, int64_t sg, const k_iter *ist,
+                                  const attn_view *mean, const attn_view *rstd) {
+    SFX(ln_ctx) c = {.it = it, .ist = ist, .x = x->data, .dy = dy->data, .g = g, .sg = sg,
+                     .y = dx->data, .cmean = mean->data, .crstd = rstd->data};
+    attn__k_parallel(it->nrows, (double)it->nrows * (double)it->n * 3 * K_MEM_FLOPS,
+                     SFX(ln_bwd_dx_tasks), &c);
+}
+
+enum { SFX(LN_PCHUNK) = 128 };
+
+static void SFX(ln_bwd_params_tasks)(void *ctx, int64_t k0, int64_t k1) {
+    enum { CHUNK = SFX(LN_PCHUNK) };
+    const SFX(ln_ctx) *c = ctx;
+    const k_iter *it = c->it;
+    T *dg = c->dg, *db = c->db;
     int64_t sx = it->rstride[0], sdy = it->rstride[1], off[3], soff[2];
-    for (int64_t c0 = 0; c0 < it->n; c0 += CHUNK) {
-        int64_t len = it->n - c0 < CHUNK ? it->n - c0 : CHUNK;
+    for (int64_t k = k0; k < k1; ++k) {
+        int64_t c0 = k * CHUNK, len = it->n - c0 < CHUNK ? it->n - c0 : CHUNK;
         double ag[CHUNK] = {0}, ab[CHUNK] = {0};
         for (int64_t r = 0; r < it->nrows; ++r) {
             k_iter_row(it, r, off);
-            const T *xr = xp + off[0] + c0 * sx, *dyr = dyp + off[1] + c0 * sdy;
+            const T *xr = c->x + off[0] + c0 * sx, *dyr = c->dy + off[1] + c0 * sdy;
             if (dg) {
-                k_iter_row(ist, r, soff);
-                double mu = mp[soff[0]], rs = rp[soff[1]];
+                k_iter_row(c->ist, r, soff);
+                double mu = c->cmean[soff[0]], rs = c->crstd[soff[1]];
                 for (int64_t i = 0; i < len; ++i)
                     ag[i] += (double)dyr[i * sdy] * ((xr[i * sx] - mu) * rs);
             }
@@ -128,9 +155,26 @@ static void SFX(layernorm_bwd_params)(const k_iter *it, const attn_view *x, cons
         }
         for (int64_t i = 0; i < len; ++i) {
             if (dg)
-                dg[(c0 + i) * sdg] += (T)ag[i];
+                dg[(c0 + i) * c->sdg] += (T)ag[i];
             if (db)
-                db[(c0 + i) * sdb] += (T)ab[i];
+                db[(c0 + i) * c->sdb] += (T)ab[i];
         }
     }
+}
+
+/*
+ * dgamma += sum over rows of dy * xh, dbeta += sum over rows of dy. Columns go in
+ * chunks (the tasks, threaded: each owns its columns) whose partial sums live in
+ * double on the stack, so f32 sums over many rows keep double accuracy without a
+ * workspace.
+ */
+static void SFX(layernorm_bwd_params)(const k_iter *it, const attn_view *x, const attn_view *dy,
+                                      const k_iter *ist, const attn_view *mean,
+                                      const attn_view *rstd, T *dg, int64_t sdg, T *db,
+                                      int64_t sdb) {
+    SFX(ln_ctx) c = {.it = it, .ist = ist, .x = x->data, .dy = dy->data, .cmean = mean->data,
+                     .crstd = rstd->data, .dg = dg, .db = db, .sdg = sdg, .sdb = sdb};
+    int64_t nk = (it->n + SFX(LN_PCHUNK) - 1) / SFX(LN_PCHUNK);
+    attn__k_parallel(nk, (double)it->nrows * (double)it->n * 2 * K_MEM_FLOPS,
+                     SFX(ln_bwd_params_tasks), &c);
 }

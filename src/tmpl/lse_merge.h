@@ -1,19 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of the lse merge (kernels/lse_merge.c; tmpl/dtype_on.h sets T, SFX). */
+/* Per-dtype body of the softmax merge (kernels/lse_merge.c; tmpl/dtype_on.h sets T, SFX). */
 
-void SFX(attn__lse_merge_row)(T *o, int64_t so, double *run, const T *p, double l, int64_t Dv) {
-    if (l <= 0.5 * ATTN__SDPA_LSE_EMPTY)
+void SFX(attn__softmax_merge_row)(T *o, int64_t so, double *rm, double *rl, const T *p,
+                                  double m, double l, int64_t Dv) {
+    if (l == 0) /* the piece saw no key */
         return;
-    if (*run <= 0.5 * ATTN__SDPA_LSE_EMPTY) {
+    if (*rl == 0) { /* the first real piece: copied exactly */
         for (int64_t d = 0; d < Dv; ++d)
             o[d * so] = p[d];
-        *run = l;
+        *rm = m;
+        *rl = l;
         return;
     }
-    double m = *run > l ? *run : l, a = exp(*run - m), c = exp(l - m), s = a + c;
-    a /= s;
-    c /= s;
+    double M = *rm > m ? *rm : m, a = *rl * exp(*rm - M), c = l * exp(m - M), s = a + c;
     for (int64_t d = 0; d < Dv; ++d)
-        o[d * so] = (T)(a * (double)o[d * so] + c * (double)p[d]);
-    *run = m + log(s);
+        o[d * so] = (T)((a * (double)o[d * so] + c * (double)p[d]) / s);
+    *rm = M;
+    *rl = s;
 }

@@ -20,32 +20,36 @@ static void SFX(zero_out)(const attn_view *out) {
 
 /*
  * Fold one partial result into the running one, for the query rows
- * [q0, q0 + nq) of out (B, H, T, Dv), run (B, H, T) the running lse:
- * piece out p (B, H, nq, Dv) and lse l (B, H, nq), both contiguous. Row by
- * row through the lse merge the decode kernel's splits use
- * (kernels/lse_merge.h): a piece row that saw no key is skipped, the first
- * real piece of a row is copied exactly.
+ * [q0, q0 + nq) of out (B, H, T, Dv), running statistics (rm, rl) (B, H, T):
+ * piece out p (B, H, nq, Dv) and its row max pm and sum pl (B, H, nq), all in
+ * double but out and p, row by row through attn__softmax_merge_row
+ * (kernels/lse_merge.h), exact at any logit magnitude: no lse is formed
+ * until the end.
  */
-static void SFX(merge)(const attn_view *out, double *run, const T *p, const T *lp, int64_t q0,
-                       int64_t nq) {
+static void SFX(merge)(const attn_view *out, double *rm, double *rl, const T *p,
+                       const double *pm, const double *pl, int64_t q0, int64_t nq) {
     int64_t B = out->shape[0], H = out->shape[1], Tr = out->shape[2], Dv = out->shape[3];
+    int64_t sd = out->stride[3];
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
             for (int64_t i = 0; i < nq; ++i) {
-                int64_t pr = (b * H + h) * nq + i;
-                SFX(attn__lse_merge_row)(SFX(row)(out, b, h, q0 + i), out->stride[3],
-                                         run + (b * H + h) * Tr + q0 + i, p + pr * Dv, lp[pr],
-                                         Dv);
+                int64_t pr = (b * H + h) * nq + i, at = (b * H + h) * Tr + q0 + i;
+                SFX(attn__softmax_merge_row)
+                (SFX(row)(out, b, h, q0 + i), sd, &rm[at], &rl[at], p + pr * Dv, pm[pr], pl[pr],
+                 Dv);
             }
 }
 
-/* lse (B, H, T) := run, the merged lse (rows that saw no key keep the empty value). */
-static void SFX(store_lse)(const attn_view *lse, const double *run) {
+/* lse (B, H, T) := m + log l (a row that saw no key: the empty value; NaN propagates). */
+static void SFX(store_lse)(const attn_view *lse, const double *rm, const double *rl) {
     int64_t H = lse->shape[1], Tr = lse->shape[2];
     for (int64_t b = 0; b < lse->shape[0]; ++b)
         for (int64_t h = 0; h < H; ++h) {
             T *o = SFX(row)(lse, b, h, 0);
-            for (int64_t i = 0; i < Tr; ++i)
-                o[i * lse->stride[2]] = (T)run[(b * H + h) * Tr + i];
+            for (int64_t i = 0; i < Tr; ++i) {
+                int64_t at = (b * H + h) * Tr + i;
+                double l = rl[at];
+                o[i * lse->stride[2]] = (T)(l == 0 ? ATTN__SDPA_LSE_EMPTY : rm[at] + log(l));
+            }
         }
 }

@@ -14,12 +14,11 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
         if (p->has_bias) {
             const T *br = (const T *)attn__at4(&p->bias, b, h, i0 + r, j0);
             int64_t sj = p->bias.stride[3];
-            if (sj == 1)
-                for (int64_t c = 0; c < lim; ++c)
-                    sr[c] += br[c];
-            else
-                for (int64_t c = 0; c < lim; ++c)
-                    sr[c] += br[c * sj];
+            /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
+            for (int64_t c = 0; c < lim; ++c) {
+                T bv = br[c * sj];
+                sr[c] = bv == (T)-INFINITY ? bv : sr[c] + bv;
+            }
         }
         if (p->has_keep) {
             const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i0 + r, j0);
@@ -30,6 +29,17 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
         for (int64_t c = lim; c < cols; ++c)
             sr[c] = (T)-INFINITY;
     }
+}
+
+/* True when every element of the 2-D view v is finite. */
+static bool SFX(tile_finite)(const attn_view *v) {
+    int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
+    const T *x = (const T *)v->data;
+    T acc = 0;
+    for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < n; ++j)
+            acc += x[i * s0 + j * s1] * 0; /* NaN and inf make it NaN */
+    return acc == 0;
 }
 
 /*
@@ -91,8 +101,19 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
         /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
         attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
         attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
-        attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v, gw,
-                       c->gws);
+        if (SFX(tile_finite)(&vt))
+            attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v,
+                           gw, c->gws);
+        else /* NaN or inf in v: skip the zero weights, 0 * NaN must not reach a row */
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t d = 0; d < Dv; ++d) {
+                    double a = any ? (double)acc[r * Dv + d] : 0.0;
+                    for (int64_t j = 0; j < cols; ++j)
+                        if (s[r * lds + j] != 0)
+                            a += (double)s[r * lds + j] *
+                                 (double)*(const T *)attn__at4(c->v, b, hk, j0 + j, d);
+                    acc[r * Dv + d] = (T)a;
+                }
         any = true;
     }
     /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
@@ -106,6 +127,11 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
         if (c->lse)
             *(T *)attn__at3(c->lse, b, h, i0 + r) =
                 live ? (T)((double)m[r] + log((double)l[r])) : (T)ATTN__SDPA_LSE_EMPTY;
+        if (c->mo.base) { /* the exact statistics, for merging (ring attention) */
+            int64_t at = b * c->mo.s0 + h * c->mo.s1 + i0 + r;
+            c->mo.base[at] = live ? (double)m[r] : -INFINITY;
+            c->lo.base[b * c->lo.s0 + h * c->lo.s1 + i0 + r] = live ? (double)l[r] : 0.0;
+        }
         if (c->weights) { /* materialized: s holds exp(S - m) for keys [0, khi) */
             T *wrow = (T *)attn__at4(c->weights, b, h, i0 + r, 0);
             int64_t sw = c->weights->stride[3];

@@ -11,6 +11,160 @@
  *   dQ += scale dS K                  (want & WANT_DQ)
  * Tiles past the causal / kv_len limit, or fully masked by keep, are skipped.
  */
+/*
+ * The lse corrections of query block (b, h, i0): kap[r] = log sum_j exp(s_rj - lse_r)
+ * over the visible keys, for the rows whose lse is too large to recompute P from
+ * (flag[r]); cached per thread for the next tile of the same block. S tiles are
+ * computed into P (free until the caller's own S).
+ */
+/*
+ * For the flagged rows of query block (b, h, i0): sum[r] += sum over the visible keys
+ * of exp(s_rj - lse_r), S tiles computed into the P buffer (free until the caller's own
+ * S). exp(s - lse) <= 1 since lse >= max s.
+ */
+static void SFX(bwd_row_sums)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                              char *wsp, const unsigned char *flag, double *sum, int64_t stride) {
+    const attn__sdpa_plan *p = c->p;
+    T *S = (T *)(wsp + c->off_p);
+    void *gw = c->gws ? wsp + c->off_gw : NULL;
+    int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1), lds = p->bk;
+    for (int64_t j0 = 0; j0 < khi; j0 += p->bk) {
+        int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
+        if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
+            continue;
+        attn__sdpa_scores(p, c->q, c->k, b, h, i0, rows, j0, cols, S, lds, gw, c->gws);
+        for (int64_t r = 0; r < rows; ++r) {
+            if (!flag[r])
+                continue;
+            int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
+            lim = lim < 0 ? 0 : lim > cols ? cols : lim;
+            /* s - lse is exact in T (nearby values); its exp <= 1 (lse >= max s) */
+            T L = *(const T *)attn__at3(c->lse, b, h, i0 + r), *x = S + r * lds;
+            for (int64_t j = 0; j < lim; ++j)
+                x[j] -= L;
+            sum[r * stride] += (double)T_VEXP_SUM(x, lim, 0);
+        }
+    }
+}
+
+/*
+ * The lse corrections of query block (b, h, i0): kap[r] = log sum_j exp(s_rj - lse_r)
+ * over the visible keys, for the rows whose lse is inexact (flag[r]); cached per
+ * thread for the next tile of the same block. Given corrections (ring attention)
+ * are read instead.
+ */
+static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                           char *wsp, const double **kap_out, const unsigned char **flag_out) {
+    const attn__sdpa_plan *p = c->p;
+    bwd_kap *tag = (bwd_kap *)(wsp + c->off_kap);
+    double *kap = (double *)(tag + 1);
+    unsigned char *flag = (unsigned char *)(kap + p->bq);
+    *kap_out = kap;
+    *flag_out = flag;
+    if (tag->valid && tag->b == b && tag->h == h && tag->i0 == i0)
+        return;
+    tag->b = b, tag->h = h, tag->i0 = i0, tag->valid = 1;
+    if (c->kappa.base) {
+        const double *g = c->kappa.base + b * c->kappa.s0 + h * c->kappa.s1 + i0;
+        for (int64_t r = 0; r < rows; ++r) {
+            kap[r] = g[r];
+            flag[r] = g[r] != 0;
+        }
+        return;
+    }
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r) {
+        double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r);
+        flag[r] = attn__sdpa_lse_inexact(p->dt, L);
+        kap[r] = 0;
+        any = any || flag[r];
+    }
+    if (!any)
+        return;
+    SFX(bwd_row_sums)(c, b, h, i0, rows, wsp, flag, kap, 1);
+    for (int64_t r = 0; r < rows; ++r)
+        if (flag[r]) {
+            if (kap[r] > 0 || kap[r] != kap[r])
+                kap[r] = log(kap[r]);
+            else
+                flag[r] = 0, kap[r] = 0; /* no visible key: every P is 0 anyway */
+        }
+}
+
+/* attn__sdpa_lse_sums for query block (b, h, i0). */
+static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, char *wsp) {
+    const attn__sdpa_plan *p = c->p;
+    int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
+    unsigned char *flag = (unsigned char *)((double *)((bwd_kap *)(wsp + c->off_kap) + 1) + p->bq);
+    bool any = false;
+    for (int64_t r = 0; r < rows; ++r) {
+        double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r);
+        flag[r] = attn__sdpa_lse_inexact(p->dt, L);
+        any = any || flag[r];
+    }
+    if (any)
+        SFX(bwd_row_sums)(c, b, h, i0, rows, wsp, flag,
+                          c->sums.base + b * c->sums.s0 + h * c->sums.s1 + i0, 1);
+}
+
+/* True when every element of the (rows, cols) block of a 2-D view is finite. */
+static bool SFX(all_finite)(const attn_view *v) {
+    int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
+    const T *x = (const T *)v->data;
+    T acc = 0;
+    for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < n; ++j)
+            acc += x[i * s0 + j * s1] * 0; /* NaN or inf make acc NaN */
+    return acc == 0;
+}
+
+/*
+ * The tile's products by scalar loops in double, skipping every pair whose P is 0
+ * (masked, or exp underflowed): the slow path when an operand holds NaN or inf, so
+ * that a value stored at a masked position never reaches a pair that cannot see it
+ * (docs/numerics.md "Masked positions and NaN").
+ */
+static void SFX(bwd_tile_exact)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0,
+                                int64_t rows, int64_t j0, int64_t cols, unsigned want,
+                                const T *P, int64_t lds) {
+    const attn__sdpa_plan *p = c->p;
+    int64_t hk = h / p->group, D = p->D, Dv = p->Dv;
+    const attn_view *q = c->q, *k = c->k, *v = c->v, *o = c->out, *g = c->dout;
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t i = i0 + r;
+        double delta = 0;
+        for (int64_t d = 0; d < Dv; ++d)
+            delta += (double)*(const T *)attn__at4(o, b, h, i, d) *
+                     (double)*(const T *)attn__at4(g, b, h, i, d);
+        for (int64_t jj = 0; jj < cols; ++jj) {
+            double pr = (double)P[r * lds + jj];
+            if (pr == 0)
+                continue;
+            int64_t j = j0 + jj;
+            double dp = 0;
+            for (int64_t d = 0; d < Dv; ++d) {
+                double gd = (double)*(const T *)attn__at4(g, b, h, i, d);
+                dp += gd * (double)*(const T *)attn__at4(v, b, hk, j, d);
+                if (want & WANT_DV) {
+                    T *dvp = (T *)attn__at4(c->dv, b, hk, j, d);
+                    *dvp = (T)((double)*dvp + pr * gd);
+                }
+            }
+            double ds = (T)(pr * (dp - delta)) * p->scale;
+            for (int64_t d = 0; d < D; ++d) {
+                if (want & WANT_DK) {
+                    T *dkp = (T *)attn__at4(c->dk, b, hk, j, d);
+                    *dkp = (T)((double)*dkp + ds * (double)*(const T *)attn__at4(q, b, h, i, d));
+                }
+                if (want & WANT_DQ) {
+                    T *dqp = (T *)attn__at4(c->dq, b, h, i, d);
+                    *dqp = (T)((double)*dqp + ds * (double)*(const T *)attn__at4(k, b, hk, j, d));
+                }
+            }
+        }
+    }
+}
+
 static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t j0,
                           unsigned want, char *wsp) {
     const attn__sdpa_plan *p = c->p;
@@ -23,16 +177,39 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         return;
     T *P = (T *)(wsp + c->off_p), *dS = (T *)(wsp + c->off_ds);
     void *gw = c->gws ? wsp + c->off_gw : NULL;
+    const double *kap;
+    const unsigned char *flag;
+    SFX(bwd_kappa)(c, b, h, i0, rows, wsp, &kap, &flag);
     attn__sdpa_scores(p, c->q, c->k, b, h, i0, rows, j0, cols, P, lds, gw, c->gws);
     for (int64_t r = 0; r < rows; ++r) {
         int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
         lim = lim < 0 ? 0 : lim > cols ? cols : lim;
         T lse = *(const T *)attn__at3(c->lse, b, h, i0 + r);
-        T_VEXP_SUM(P + r * lds, lim, lse); /* masked (-inf) entries give exactly 0 */
-        memset(P + r * lds + lim, 0, (size_t)(cols - lim) * sizeof(T));
+        T *pr = P + r * lds;
+        if (flag[r]) { /* exact at any magnitude: s - lse (exact in T), minus the correction */
+            for (int64_t j = 0; j < lim; ++j)
+                pr[j] -= lse;
+            T_VEXP_SUM(pr, lim, (T)kap[r]);
+        } else {
+            T_VEXP_SUM(pr, lim, lse); /* masked (-inf) entries give exactly 0 */
+        }
+        memset(pr + lim, 0, (size_t)(cols - lim) * sizeof(T));
     }
     attn_view pv = attn__sdpa_buf(p->dt, P, rows, cols, lds);
     attn_view dov = attn__sdpa_rows(c->dout, b, h, i0, rows);
+    /* NaN or inf in an operand: the exact path, so that 0 * NaN never reaches a gradient */
+    {
+        attn_view qt = attn__sdpa_rows(c->q, b, h, i0, rows);
+        attn_view kt = attn__sdpa_rows(c->k, b, hk, j0, cols);
+        attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
+        attn_view ot = attn__sdpa_rows(c->out, b, h, i0, rows);
+        if (!SFX(all_finite)(&dov) || !SFX(all_finite)(&vt) || !SFX(all_finite)(&ot) ||
+            ((want & WANT_DK) && !SFX(all_finite)(&qt)) ||
+            ((want & WANT_DQ) && !SFX(all_finite)(&kt))) {
+            SFX(bwd_tile_exact)(c, b, h, i0, rows, j0, cols, want, P, lds);
+            return;
+        }
+    }
     if (want & WANT_DV) {
         attn_view dvt = attn__sdpa_rows(c->dv, b, hk, j0, cols);
         attn__gemm_run(ATTN_TRANS, ATTN_NO_TRANS, 1.0, &pv, &dov, 1.0, &dvt, gw, c->gws);
@@ -50,8 +227,8 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         for (int64_t d = 0; d < Dv; ++d)
             delta += (double)orow[d * so] * (double)drow[d * sd];
         T dl = (T)delta, *pr = P + r * lds, *dr = dS + r * lds;
-        for (int64_t j = 0; j < cols; ++j)
-            dr[j] = pr[j] * (dr[j] - dl);
+        for (int64_t j = 0; j < cols; ++j) /* a zero weight is an exact zero */
+            dr[j] = pr[j] == 0 ? 0 : pr[j] * (dr[j] - dl);
     }
     if (want & WANT_DK) {
         attn_view qt = attn__sdpa_rows(c->q, b, h, i0, rows);

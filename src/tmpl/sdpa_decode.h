@@ -213,12 +213,13 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
     T *l = m + attn__align64((size_t)R * es) / es;
     size_t slot = (size_t)((b * p->Hkv + hk) * p->nsplit + s);
     T *part = (T *)(w + p->off_part) + slot * (size_t)(R * D);
-    double *plse = (double *)(w + p->off_lse) + slot * (size_t)R;
+    double *pm = (double *)(w + p->off_lse) + 2 * slot * (size_t)R, *pl = pm + R; /* max, sum */
     int64_t L = p->klen[b], ns, chunk;
     splits_of(p, L, &ns, &chunk);
     bool direct = p->nsplit == 1;
     for (int64_t r = 0; r < R; ++r) {
-        plse[r] = ATTN__SDPA_LSE_EMPTY;
+        pm[r] = -INFINITY;
+        pl[r] = 0;
         m[r] = (T)-INFINITY;
         l[r] = 0;
     }
@@ -255,7 +256,7 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
                 SFX(dots)(qb + r * D, kb + jb * ldk, ldk, lim, D, (T)p->scale, sr);
             else
                 SFX(dots_strided)
-                (qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D, (T)p->scale, sr);
+            (qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D, (T)p->scale, sr);
             if (p->has_bias) {
                 const T *br = (const T *)attn__at4(&p->bias, b, h, i, jb);
                 for (int64_t c = 0; c < lim; ++c)
@@ -300,32 +301,35 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             continue; /* the split contributes nothing */
         for (int64_t d = 0; d < D; ++d)
             part[r * D + d] = acc[r * D + d] * inv;
-        plse[r] = lr;
+        pm[r] = (double)m[r];
+        pl[r] = (double)l[r];
     }
 }
 
-/* out[b, h, i] and lse[b, h, i] for the heads of kv head hk: the lse merge of the splits. */
+/* out[b, h, i] and lse[b, h, i] for the heads of kv head hk: the splits merged by max and sum.
+ */
 static void SFX(merge_rows)(const attn__decode_plan *p, int64_t b, int64_t hk,
                             const attn_view *out, const attn_view *lse, char *w) {
     int64_t R = p->G * p->Tq, D = p->D, Tq = p->Tq;
     size_t slot0 = (size_t)((b * p->Hkv + hk) * p->nsplit);
     const T *part = (const T *)(w + p->off_part);
-    const double *plse = (const double *)(w + p->off_lse);
+    const double *stats = (const double *)(w + p->off_lse);
     for (int64_t r = 0; r < R; ++r) {
         int64_t h = hk * p->G + r / Tq, i = r % Tq;
         T *o = (T *)attn__at4(out, b, h, i, 0);
         int64_t so = out->stride[3];
-        double run = ATTN__SDPA_LSE_EMPTY;
+        double rm = -INFINITY, rl = 0;
         for (int64_t s = 0; s < p->nsplit; ++s) {
             size_t slot = slot0 + (size_t)s;
-            SFX(attn__lse_merge_row)
-            (o, so, &run, part + (slot * (size_t)R + (size_t)r) * (size_t)D,
-             plse[slot * (size_t)R + (size_t)r], D);
+            const double *pm = stats + 2 * slot * (size_t)R, *pl = pm + R;
+            SFX(attn__softmax_merge_row)
+            (o, so, &rm, &rl, part + (slot * (size_t)R + (size_t)r) * (size_t)D, pm[r], pl[r],
+             D);
         }
-        if (run <= 0.5 * ATTN__SDPA_LSE_EMPTY)
+        if (rl == 0) /* no key in any split: out 0, lse empty */
             for (int64_t d = 0; d < D; ++d)
                 o[d * so] = 0;
         if (lse)
-            *(T *)attn__at3(lse, b, h, i) = (T)run;
+            *(T *)attn__at3(lse, b, h, i) = (T)(rl == 0 ? ATTN__SDPA_LSE_EMPTY : rm + log(rl));
     }
 }

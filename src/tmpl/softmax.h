@@ -48,17 +48,30 @@ static inline __attribute__((always_inline)) void SFX(softmax_row)(const T *x, i
         y[i * sy] *= inv;
 }
 
-static void SFX(softmax)(const k_iter *it, const attn_view *x, attn_view *y) {
-    const T *xp = x->data;
-    T *yp = y->data;
+/* Rows are tasks, threaded (attn__k_parallel); y, dy, dx are the operands of it. */
+typedef struct SFX(sm_ctx) {
+    const k_iter *it;
+    const T *y, *dy;
+    T *out;
+} SFX(sm_ctx);
+
+static void SFX(softmax_tasks)(void *ctx, int64_t r0, int64_t r1) {
+    const SFX(sm_ctx) *c = ctx;
+    const k_iter *it = c->it;
     int64_t sx = it->rstride[0], sy = it->rstride[1], off[2];
-    for (int64_t r = 0; r < it->nrows; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
         k_iter_row(it, r, off);
         if (sx == 1 && sy == 1)
-            SFX(softmax_row)(xp + off[0], 1, yp + off[1], 1, it->n);
+            SFX(softmax_row)(c->y + off[0], 1, c->out + off[1], 1, it->n);
         else
-            SFX(softmax_row)(xp + off[0], sx, yp + off[1], sy, it->n);
+            SFX(softmax_row)(c->y + off[0], sx, c->out + off[1], sy, it->n);
     }
+}
+
+static void SFX(softmax)(const k_iter *it, const attn_view *x, attn_view *y) {
+    SFX(sm_ctx) c = {it, x->data, NULL, y->data};
+    attn__k_parallel(it->nrows, (double)it->nrows * (double)it->n * 4 * K_MEM_FLOPS,
+                     SFX(softmax_tasks), &c);
 }
 
 /* dx += y * (dy - <dy, y>) per row; the dot product in double. */
@@ -73,16 +86,24 @@ static inline __attribute__((always_inline)) void SFX(softmax_bwd_row)(const T *
         dx[i * sdx] += (T)(y[i * sy] * (dy[i * sdy] - dot));
 }
 
-static void SFX(softmax_bwd)(const k_iter *it, const attn_view *y, const attn_view *dy,
-                             attn_view *dx) {
-    const T *yp = y->data, *dyp = dy->data;
-    T *dxp = dx->data;
+static void SFX(softmax_bwd_tasks)(void *ctx, int64_t r0, int64_t r1) {
+    const SFX(sm_ctx) *c = ctx;
+    const k_iter *it = c->it;
     int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2], off[3];
-    for (int64_t r = 0; r < it->nrows; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
         k_iter_row(it, r, off);
         if (s0 == 1 && s1 == 1 && s2 == 1)
-            SFX(softmax_bwd_row)(yp + off[0], 1, dyp + off[1], 1, dxp + off[2], 1, it->n);
+            SFX(softmax_bwd_row)(c->y + off[0], 1, c->dy + off[1], 1, c->out + off[2], 1,
+                                 it->n);
         else
-            SFX(softmax_bwd_row)(yp + off[0], s0, dyp + off[1], s1, dxp + off[2], s2, it->n);
+            SFX(softmax_bwd_row)(c->y + off[0], s0, c->dy + off[1], s1, c->out + off[2], s2,
+                                 it->n);
     }
+}
+
+static void SFX(softmax_bwd)(const k_iter *it, const attn_view *y, const attn_view *dy,
+                             attn_view *dx) {
+    SFX(sm_ctx) c = {it, y->data, dy->data, dx->data};
+    attn__k_parallel(it->nrows, (double)it->nrows * (double)it->n * 2 * K_MEM_FLOPS,
+                     SFX(softmax_bwd_tasks), &c);
 }

@@ -42,8 +42,10 @@ void ref_softmax_jacobian(int64_t n, const double *p, double *j);
  * Attention by plain loops in double (the lecture seed's "loop" version): for
  * every (b, h, i), s_j = scale q_i . k_j + bias_ij over the keys j the masks
  * leave (opts: causal, keep, bias, kv_len; masks broadcast NumPy-style),
- * p = exp(s - max) / sum, out_i = sum_j p_j v_j. A row with no key left: out
- * = 0, weights 0, lse = -1e30. out (B, H, Tq, Dv), weights (B, H, Tq, Tk),
+ * p = exp(s - max) / sum, out_i = sum_j p_j v_j over the visible keys only
+ * (docs/numerics.md's NaN rule: a value stored at a masked key never reaches
+ * a row that cannot see it). A row with no key left: out = 0, weights 0,
+ * lse = -1e30; a NaN score on a visible key makes its row NaN. out (B, H, Tq, Dv), weights (B, H, Tq, Tk),
  * lse (B, H, Tq): row-major F64 views, each may be NULL.
  */
 void ref_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
@@ -53,8 +55,10 @@ void ref_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
 /*
  * Gradients of sum(dout * out) by the explicit formulas: P (Tq, Tk) per head,
  * dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
- * dK = scale dS^T Q (GQA heads summed). dq, dk, dv: row-major F64 views with
- * q's, k's, v's shapes, OVERWRITTEN (each may be NULL).
+ * dK = scale dS^T Q (GQA heads summed), summed over the visible (i, j) pairs
+ * only: a masked pair, or a row with no key, never contributes (NaN in its q,
+ * k, v or dout included). dq, dk, dv: row-major F64 views with q's, k's, v's
+ * shapes, OVERWRITTEN (each may be NULL).
  */
 void ref_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *v,
                        const attn_sdpa_opts *opts, const attn_view *dout, const attn_view *dq,
@@ -98,8 +102,10 @@ void ref_patchify(int64_t p, const attn_view *image, const attn_view *want);
  * Attention by plain loops in double (the lecture seed's "loop" version): for
  * every (b, h, i), s_j = scale q_i . k_j + bias_ij over the keys j the masks
  * leave (opts: causal, keep, bias, kv_len; masks broadcast NumPy-style),
- * p = exp(s - max) / sum, out_i = sum_j p_j v_j. A row with no key left: out
- * = 0, weights 0, lse = -1e30. out (B, H, Tq, Dv), weights (B, H, Tq, Tk),
+ * p = exp(s - max) / sum, out_i = sum_j p_j v_j over the visible keys only
+ * (docs/numerics.md's NaN rule: a value stored at a masked key never reaches
+ * a row that cannot see it). A row with no key left: out = 0, weights 0,
+ * lse = -1e30; a NaN score on a visible key makes its row NaN. out (B, H, Tq, Dv), weights (B, H, Tq, Tk),
  * lse (B, H, Tq): row-major F64 views, each may be NULL.
  */
 void ref_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
@@ -109,8 +115,10 @@ void ref_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
 /*
  * Gradients of sum(dout * out) by the explicit formulas: P (Tq, Tk) per head,
  * dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
- * dK = scale dS^T Q (GQA heads summed). dq, dk, dv: row-major F64 views with
- * q's, k's, v's shapes, OVERWRITTEN (each may be NULL).
+ * dK = scale dS^T Q (GQA heads summed), summed over the visible (i, j) pairs
+ * only: a masked pair, or a row with no key, never contributes (NaN in its q,
+ * k, v or dout included). dq, dk, dv: row-major F64 views with q's, k's, v's
+ * shapes, OVERWRITTEN (each may be NULL).
  */
 void ref_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *v,
                        const attn_sdpa_opts *opts, const attn_view *dout, const attn_view *dq,

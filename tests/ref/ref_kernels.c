@@ -245,9 +245,11 @@ void ref_linear_backward(const attn_view *x, const attn_view *w, const attn_view
                 int64_t io[2] = {i, o};
                 if (want_dw)
                     tu_set(want_dw, io, tu_get(want_dw, io) + rget(x, r, i) * g);
-                if (want_db && i == 0)
-                    tu_set(want_db, (int64_t[]){o}, pget(want_db, o, 0) + g);
             }
+    /* db on its own loop: with In = 0 the loop above never runs (fuzz_backward) */
+    for (int64_t r = 0; want_db && r < nrows(x); ++r)
+        for (int64_t o = 0; o < out; ++o)
+            tu_set(want_db, (int64_t[]){o}, pget(want_db, o, 0) + rget(dy, r, o));
 }
 
 /* ---- positional encodings and patchify ---- */

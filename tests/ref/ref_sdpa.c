@@ -48,6 +48,7 @@ static int prob_row(const attn_view *q, const attn_view *k, const attn_sdpa_opts
     int64_t Hkv = k->shape[1], Tk = k->shape[2], hk = h / (H / Hkv);
     double scale = o->scale != 0 ? o->scale : D > 0 ? 1.0 / sqrt((double)D) : 1.0; /* D = 0: any */
     double mx = -INFINITY;
+    int nan = 0;
     for (int64_t j = 0; j < Tk; ++j) {
         p[j] = 0;
         if (!visible(o, b, h, i, j, Tq, Tk)) {
@@ -58,8 +59,15 @@ static int prob_row(const attn_view *q, const attn_view *k, const attn_sdpa_opts
         for (int64_t d = 0; d < D; ++d)
             dot += get4(q, b, h, i, d) * get4(k, b, hk, j, d);
         s[j] = scale * dot + (o->bias ? get4(o->bias, b, h, i, j) : 0.0);
+        nan = nan || isnan(s[j]);
         if (s[j] > mx)
             mx = s[j];
+    }
+    if (nan) { /* a NaN score on a visible key poisons its row */
+        for (int64_t j = 0; j < Tk; ++j)
+            p[j] = s[j] == -INFINITY ? 0.0 : NAN;
+        *lse = NAN;
+        return 1;
     }
     if (mx == -INFINITY) {
         *lse = -1e30;
@@ -94,11 +102,12 @@ void ref_sdpa(const attn_view *q, const attn_view *k, const attn_view *v,
                 if (weights)
                     for (int64_t j = 0; j < Tk; ++j)
                         *at(weights, b, h, i, j) = p[j];
-                if (out)
+                if (out) /* masked keys never contribute (a NaN stored there included) */
                     for (int64_t d = 0; d < Dv; ++d) {
                         double acc = 0;
                         for (int64_t j = 0; j < Tk; ++j)
-                            acc += p[j] * get4(v, b, h / (H / Hkv), j, d);
+                            if (s[j] > -INFINITY || isnan(s[j]))
+                                acc += p[j] * get4(v, b, h / (H / Hkv), j, d);
                         *at(out, b, h, i, d) = acc;
                     }
             }
@@ -130,15 +139,20 @@ void ref_sdpa_backward(const attn_view *q, const attn_view *k, const attn_view *
         for (int64_t h = 0; h < H; ++h)
             for (int64_t i = 0; i < Tq; ++i) {
                 double l;
-                prob_row(q, k, o, b, h, i, s, p, &l);
+                if (!prob_row(q, k, o, b, h, i, s, p, &l))
+                    continue; /* a row with no key contributes nothing (NaN in it included) */
                 double rowdot = 0;
                 for (int64_t j = 0; j < Tk; ++j) {
                     dp[j] = 0;
+                    if (s[j] == -INFINITY)
+                        continue; /* masked: never contributes */
                     for (int64_t d = 0; d < Dv; ++d)
                         dp[j] += get4(dout, b, h, i, d) * get4(v, b, h / G, j, d);
                     rowdot += p[j] * dp[j];
                 }
                 for (int64_t j = 0; j < Tk; ++j) {
+                    if (s[j] == -INFINITY)
+                        continue;
                     double ds = p[j] * (dp[j] - rowdot);
                     if (dv)
                         for (int64_t d = 0; d < Dv; ++d)
