@@ -6,7 +6,7 @@
 
 #include <lapacke.h>
 
-#include "core/internal.h"
+#include "layers/layers_internal.h" /* the layers' parameter validators */
 
 /* ---- Philox4x32-10 (Salmon et al., SC'11; constants from Random123) ---- */
 
@@ -384,19 +384,18 @@ static void fill_const(attn_view *v, double c) {
     fill(&f, 0, 0, 0, v);
 }
 
-static attn_status check_mha(const attn_mha_config *c, const attn_mha_params *p) {
-    int64_t hd = c->heads * c->d_head, kd = c->kv_heads * c->d_head;
-    ATTN_TRY(check_param(&p->wq, c->dtype, 2, c->d_model, hd));
-    ATTN_TRY(check_param(&p->wk, c->dtype, 2, c->d_kv, kd));
-    ATTN_TRY(check_param(&p->wv, c->dtype, 2, c->d_kv, kd));
-    ATTN_TRY(check_param(&p->wo, c->dtype, 2, hd, c->d_model));
-    if (c->bias) {
-        ATTN_TRY(check_param(&p->bq, c->dtype, 1, hd, 0));
-        ATTN_TRY(check_param(&p->bk, c->dtype, 1, kd, 0));
-        ATTN_TRY(check_param(&p->bv, c->dtype, 1, kd, 0));
-        ATTN_TRY(check_param(&p->bo, c->dtype, 1, c->d_model, 0));
-    }
+/* Parameter views to be written: the layers' own validator, then no self-overlap. */
+static attn_status check_writable(const attn_view *const *v, int n) {
+    for (int i = 0; i < n; ++i)
+        if (attn__self_overlaps(v[i]))
+            return ATTN_ESTRIDE;
     return ATTN_OK;
+}
+
+static attn_status check_mha(const attn_mha_config *c, const attn_mha_params *p) {
+    const attn_view *v[8];
+    ATTN_TRY(attn__mha_check_params(c, p));
+    return check_writable(v, attn__mha_views(c, p, v, 0));
 }
 
 /* Xavier-uniform weights from their fixed streams, zero biases (p already checked). */
@@ -414,13 +413,9 @@ static void write_mha(const attn_mha_config *c, attn_mha_params *p, uint64_t see
 }
 
 static attn_status check_ffn(const attn_ffn_config *c, const attn_ffn_params *p) {
-    ATTN_TRY(check_param(&p->w1, c->dtype, 2, c->d_model, c->d_ff));
-    ATTN_TRY(check_param(&p->w2, c->dtype, 2, c->d_ff, c->d_model));
-    if (c->bias) {
-        ATTN_TRY(check_param(&p->b1, c->dtype, 1, c->d_ff, 0));
-        ATTN_TRY(check_param(&p->b2, c->dtype, 1, c->d_model, 0));
-    }
-    return ATTN_OK;
+    const attn_view *v[4];
+    ATTN_TRY(attn__ffn_check_params(c, p));
+    return check_writable(v, attn__ffn_views(c, p, v, 0));
 }
 
 static void write_ffn(const attn_ffn_config *c, attn_ffn_params *p, uint64_t seed) {
