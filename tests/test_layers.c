@@ -20,6 +20,47 @@ static const mha_case mha_cases[] = {
     {1, 4, 9, 8, 8, 2, 2, 0, false, true, 2, true, false},      /* bottom-right + keep */
 };
 
+/*
+ * The slab keeps wq, wk, wv as (out, in) matrices, adjacent when each is a
+ * multiple of 64 bytes; the cache binds q, k, v as column blocks of one tensor
+ * (k, v for cross-attention). The traced forward, which then projects with one
+ * GEMM, against the reference: the output and each projection.
+ */
+static void mha_traced(const mha_case *mc, const attn_mha_config *rc, const attn_mha_params *p,
+                       const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *o,
+                       const attn_view *want, const double *dq, const double *dkv,
+                       double *const *w) {
+    attn_dtype dt = rc->dtype;
+    size_t es = attn_dtype_size(dt);
+    int64_t HD = rc->heads * rc->d_head, KD = rc->kv_heads * rc->d_head;
+    bool qa = (size_t)(mc->C * HD) * es % 64 == 0, ka = (size_t)(rc->d_kv * KD) * es % 64 == 0;
+    ck_assert(p->wq.stride[0] == 1 && p->wq.stride[1] == mc->C);
+    ck_assert((char *)p->wk.data == (char *)p->wq.data + (size_t)(mc->C * HD) * es ||
+              (!qa && !((uintptr_t)p->wk.data & 63u)));
+    ck_assert((char *)p->wv.data == (char *)p->wk.data + (size_t)(rc->d_kv * KD) * es || !ka);
+    size_t cs = attn_mha_cache_size(rc, mc->B, mc->Tq, mc->Tk);
+    void *cslab = slab_new(cs);
+    attn_view cv[5];
+    attn_trace tr;
+    ck_assert_int_eq(attn_mha_cache_bind(rc, mc->B, mc->Tq, mc->Tk, cslab, cs, cv, &tr), ATTN_OK);
+    ck_assert((char *)cv[2].data == (char *)cv[1].data + (size_t)KD * es); /* k, v adjacent */
+    lt out = lt_new(dt, 3, want->shape);
+    attn_status st = attn_mha_forward(rc, p, xq, xkv, o, &out.v, &tr, NULL, 0);
+    ck_assert_msg(st == ATTN_OK, "traced mha forward: %s", attn_strerror(st));
+    double rt = dt == ATTN_F64 ? 1e-12 : 1e-5, at = dt == ATTN_F64 ? 1e-13 : 1e-5;
+    tu_check_close(&out.v, want, rt, at, "traced mha vs ref");
+    int64_t nq = mc->B * mc->Tq, nk = mc->B * mc->Tk;
+    double *r = malloc(sizeof(double) * (size_t)((nq > nk ? nq : nk) * (HD > KD ? HD : KD)));
+    const double *xs[3] = {dq, dkv, dkv};
+    int64_t rows[3] = {nq, nk, nk}, ins[3] = {mc->C, rc->d_kv, rc->d_kv}, outs[3] = {HD, KD, KD};
+    for (int i = 0; i < 3; ++i) {
+        ref_l_linear(rows[i], ins[i], outs[i], xs[i], w[i], w[4 + i], r);
+        attn_view rv = lt_wrap(r, 3, cv[i].shape);
+        tu_check_close(&cv[i], &rv, rt, at, "traced q/k/v vs ref");
+    }
+    free(r); free(cslab); lt_free(&out);
+}
+
 static void run_mha_case(const mha_case *mc, attn_dtype dt) {
     uint64_t seed = 77 + (uint64_t)mc->C * 13 + (uint64_t)mc->H;
     attn_mha_config cfg = {.dtype = dt, .d_model = mc->C, .heads = mc->H,
@@ -63,6 +104,7 @@ static void run_mha_case(const mha_case *mc, attn_dtype dt) {
     attn_view wv = lt_wrap(want, 3, out.v.shape);
     tu_check_close(&out.v, &wv, dt == ATTN_F64 ? 1e-12 : 1e-5, dt == ATTN_F64 ? 1e-13 : 1e-5,
                    "mha vs ref");
+    mha_traced(mc, &rc, &p, &xq.v, mc->cross ? &xkv.v : NULL, &o, &wv, dq, dkv, w);
     free(want); free(dq);
     if (mc->cross) free(dkv);
     for (int i = 0; i < 8; ++i) free(w[i]);

@@ -132,6 +132,22 @@ ATTN_HIDDEN int attn__trace_views(const attn_trace *t, const attn_view **l, int 
 
 /* ---- MHA (src/layers/mha.c) ------------------------------------------------ */
 
+/*
+ * n views (2 or 3) as one *cat concatenated along the last axis, when they are
+ * its adjacent blocks (same ndim, strides and shape but for the last axis).
+ */
+ATTN_HIDDEN bool attn__cat_views(int n, const attn_view *const *v, attn_view *cat);
+/* Columns [c0, c0 + n) of a (B, T, W) view. */
+ATTN_HIDDEN attn_view attn__cols(const attn_view *x, int64_t c0, int64_t n);
+/*
+ * attn__trace_views for an aliasing check of the trace's OUTPUTS: q, k, v that
+ * are adjacent column blocks of one tensor (as the cache binders carve them)
+ * enter as that one tensor, whose span is exact, instead of three views whose
+ * spans overlap though their elements do not. *cat holds the merged view.
+ */
+ATTN_HIDDEN int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n,
+                                      attn_view *cat);
+
 /* Shapes of the activations of one MHA call, after validation. */
 typedef struct attn__mha_dims {
     int64_t B, Tq, Tk, HD, KD;

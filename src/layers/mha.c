@@ -74,6 +74,22 @@ int64_t attn_mha_param_count(const attn_mha_config *cfg) {
     return scalar_count(n, shp, nd);
 }
 
+/*
+ * wq, wk, wv are kept as PyTorch keeps in_proj_weight: each (out, in) row-major,
+ * seen as the (in, out) matrix through swapped strides. Each starts on its own
+ * 64-byte boundary as every slab tensor does, so when its bytes are a multiple
+ * of 64 (C H D a multiple of 16 in f32, of 8 in f64) the three are adjacent
+ * column blocks of one (C, HD + 2 KD) matrix and Q, K, V are one GEMM (K and V
+ * for cross-attention); else they are three (the same numbers either way).
+ */
+static void in_proj_order(attn_view *w) {
+    attn_view t;
+    attn_status st = attn_view_init(&t, w->dtype, w->data, 2, (int64_t[]){w->shape[1], w->shape[0]});
+    st = st == ATTN_OK ? attn_view_transpose(&t, 0, 1, w) : st;
+    ATTN_ASSERT(st == ATTN_OK);
+    (void)st;
+}
+
 attn_status attn_mha_params_bind(attn_mha_params *p, const attn_mha_config *cfg, void *slab,
                                  size_t slab_size) {
     attn_mha_config c;
@@ -85,6 +101,8 @@ attn_status attn_mha_params_bind(attn_mha_params *p, const attn_mha_config *cfg,
     attn_view v[8];
     memset(v, 0, sizeof v);
     ATTN_TRY(attn__slab_bind(c.dtype, n, shp, nd, slab, slab_size, v));
+    for (int i = 0; i < 3; ++i)
+        in_proj_order(&v[i]);
     attn_mha_params r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     *p = r;
     return ATTN_OK;
@@ -117,6 +135,8 @@ attn_status attn__mha_shape_params(const attn_mha_config *c, attn_mha_params *p)
     mha_shapes(c, shp, nd);
     attn_view v[8];
     ATTN_TRY(attn__shape_views(c->dtype, 8, shp, nd, v));
+    for (int i = 0; i < 3; ++i) /* the strides attn_mha_params_bind gives */
+        in_proj_order(&v[i]);
     attn_mha_params r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     *p = r;
     return ATTN_OK;
@@ -177,7 +197,7 @@ attn_status attn__mha_check_trace(const attn_mha_config *c, const attn__mha_dims
  * PyTorch's in_proj_weight (3C, C) seen transposed as wq, wk, wv (C, C) with
  * strides (1, C), or the column slices of one (B, T, 3C) activation.
  */
-static bool cat_views(int n, const attn_view *const *v, attn_view *cat) {
+bool attn__cat_views(int n, const attn_view *const *v, attn_view *cat) {
     const attn_view *a = v[0];
     int nd = a->ndim, last = nd - 1;
     int64_t ext = a->shape[last];
@@ -200,20 +220,33 @@ static bool cat_views(int n, const attn_view *const *v, attn_view *cat) {
 }
 
 /* Columns [c0, c0 + n) of a (B, T, W) view. */
-static attn_view cols(const attn_view *x, int64_t c0, int64_t n) {
+attn_view attn__cols(const attn_view *x, int64_t c0, int64_t n) {
     attn_view v = *x;
     v.data = (char *)x->data + c0 * x->stride[2] * (int64_t)attn_dtype_size(x->dtype);
     v.shape[2] = n;
     return v;
 }
 
+int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n, attn_view *cat) {
+    int m = attn__trace_views(t, l, n);
+    if (t && t->q && t->k && t->v &&
+        attn__cat_views(3, (const attn_view *[]){t->q, t->k, t->v}, cat)) {
+        l[n + 1] = cat; /* the slots of q, k, v (attn__trace_views' order) */
+        l[n + 2] = l[n + 3] = NULL;
+    } else if (t && t->k && t->v && attn__cat_views(2, (const attn_view *[]){t->k, t->v}, cat)) {
+        l[n + 2] = cat;
+        l[n + 3] = NULL;
+    }
+    return m;
+}
+
 /* How the Q, K, V projections run: one GEMM for all three, one for K and V, or three. */
 typedef enum { QKV_SEPARATE, QKV_ONE, KV_ONE } qkv_mode;
 
 static qkv_mode qkv_plan(const attn_mha_params *p, const attn__mha_dims *d, attn_view *wcat) {
-    if (d->xkv == d->xq && cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
+    if (d->xkv == d->xq && attn__cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
         return QKV_ONE;
-    if (cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, wcat))
+    if (attn__cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, wcat))
         return KV_ONE;
     return QKV_SEPARATE;
 }
@@ -237,15 +270,15 @@ static void qkv_buffers(const attn_mha_config *c, const attn__mha_dims *d, const
     if (d->xkv == d->xq) {
         attn_view all =
             attn__plan_scratch(pl, dt, 3, (int64_t[]){d->B, d->Tq, d->HD + 2 * d->KD}, false);
-        *Q = cols(&all, 0, d->HD);
-        *K = cols(&all, d->HD, d->KD);
-        *V = cols(&all, d->HD + d->KD, d->KD);
+        *Q = attn__cols(&all, 0, d->HD);
+        *K = attn__cols(&all, d->HD, d->KD);
+        *V = attn__cols(&all, d->HD + d->KD, d->KD);
         return;
     }
     *Q = attn__plan_scratch(pl, dt, 3, sq, false);
     attn_view kv = attn__plan_scratch(pl, dt, 3, (int64_t[]){d->B, d->Tk, 2 * d->KD}, false);
-    *K = cols(&kv, 0, d->KD);
-    *V = cols(&kv, d->KD, d->KD);
+    *K = attn__cols(&kv, 0, d->KD);
+    *V = attn__cols(&kv, d->KD, d->KD);
 }
 
 /* One projection GEMM, then its bias added block by block (the biases need not be adjacent). */
@@ -267,14 +300,14 @@ static attn_status qkv_project(const attn_mha_config *c, const attn_mha_params *
     qkv_mode m = qkv_plan(p, d, &wcat);
     const attn_view *bq = c->bias ? &p->bq : NULL, *bk = c->bias ? &p->bk : NULL;
     const attn_view *bv = c->bias ? &p->bv : NULL;
-    if (m == QKV_ONE && cat_views(3, (const attn_view *[]){Q, K, V}, &ycat))
+    if (m == QKV_ONE && attn__cat_views(3, (const attn_view *[]){Q, K, V}, &ycat))
         return proj_cat(pl, d->xq, &wcat, &ycat, 3, (const attn_view *[]){bq, bk, bv},
                         (attn_view *[]){Q, K, V});
     if (m == QKV_ONE) /* the weights are adjacent, the outputs not: K and V still are? */
-        m = cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, &wcat) ? KV_ONE
+        m = attn__cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, &wcat) ? KV_ONE
                                                                         : QKV_SEPARATE;
     ATTN_TRY(attn__plan_linear(pl, d->xq, &p->wq, bq, Q));
-    if (m == KV_ONE && cat_views(2, (const attn_view *[]){K, V}, &ycat))
+    if (m == KV_ONE && attn__cat_views(2, (const attn_view *[]){K, V}, &ycat))
         return proj_cat(pl, d->xkv, &wcat, &ycat, 2, (const attn_view *[]){bk, bv},
                         (attn_view *[]){K, V});
     ATTN_TRY(attn__plan_linear(pl, d->xkv, &p->wk, bk, K));
@@ -396,7 +429,8 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
     a.out = out;
     const attn_view *ins[ATTN__MAX_ALIAS] = {x_q, x_kv, a.opts->keep, a.opts->bias};
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
-    int nout = attn__trace_views(trace, outs, 1), nin = attn__mha_views(&c, p, ins, 4);
+    attn_view cat;
+    int nout = attn__trace_out_views(trace, outs, 1, &cat), nin = attn__mha_views(&c, p, ins, 4);
     return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
 }
 
@@ -536,24 +570,48 @@ attn_status attn_mha_backward(const attn_mha_config *cfg, const attn_mha_params 
 
 /* ---- the cache a backward reads ------------------------------------------- */
 
+/*
+ * q, k, v are column blocks of one (B, T, HD + 2 KD) tensor when Tq == Tk (a
+ * self-attention cache; else k, v of one (B, Tk, 2 KD)), so the traced forward
+ * projects them with one GEMM, as the inference forward does; then concat, lse.
+ * Slab tensors: (fused q k v | q, fused k v), concat, lse.
+ */
 static void cache_shapes(const attn_mha_config *c, int64_t B, int64_t Tq, int64_t Tk,
-                         int64_t shp[5][3], int *nd) {
+                         int64_t shp[4][3], int *nd, int *n) {
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
-    int64_t s[5][3] = {{B, Tq, HD}, {B, Tk, KD}, {B, Tk, KD}, {B, Tq, HD}, {B, c->heads, Tq}};
-    memcpy(shp, s, sizeof s);
-    for (int i = 0; i < 5; ++i)
+    int64_t one[4][3] = {{B, Tq, HD + 2 * KD}, {B, Tq, HD}, {B, c->heads, Tq}};
+    int64_t two[4][3] = {{B, Tq, HD}, {B, Tk, 2 * KD}, {B, Tq, HD}, {B, c->heads, Tq}};
+    *n = Tq == Tk ? 3 : 4;
+    memcpy(shp, Tq == Tk ? one : two, sizeof one);
+    for (int i = 0; i < 4; ++i)
         nd[i] = 3;
+}
+
+/* The slab tensors t[] of cache_shapes as q, k, v, concat, lse in views[0..4]. */
+static void cache_views(const attn_mha_config *c, int n, const attn_view *t, attn_view *views) {
+    int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
+    if (n == 3) {
+        views[0] = attn__cols(&t[0], 0, HD);
+        views[1] = attn__cols(&t[0], HD, KD);
+        views[2] = attn__cols(&t[0], HD + KD, KD);
+    } else {
+        views[0] = t[0];
+        views[1] = attn__cols(&t[1], 0, KD);
+        views[2] = attn__cols(&t[1], KD, KD);
+    }
+    views[3] = t[n - 2];
+    views[4] = t[n - 1];
 }
 
 size_t attn_mha_cache_size(const attn_mha_config *cfg, int64_t B, int64_t Tq, int64_t Tk) {
     attn_mha_config c;
-    int64_t shp[5][3];
-    int nd[5];
+    int64_t shp[4][3];
+    int nd[4], n;
     size_t need;
     if (attn_mha_config_resolve(cfg, &c) != ATTN_OK || B < 0 || Tq < 0 || Tk < 0)
         return 0;
-    cache_shapes(&c, B, Tq, Tk, shp, nd);
-    return attn__slab_need(c.dtype, 5, shp, nd, &need) == ATTN_OK ? need : 0;
+    cache_shapes(&c, B, Tq, Tk, shp, nd, &n);
+    return attn__slab_need(c.dtype, n, shp, nd, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_mha_cache_bind(const attn_mha_config *cfg, int64_t B, int64_t Tq, int64_t Tk,
@@ -563,10 +621,12 @@ attn_status attn_mha_cache_bind(const attn_mha_config *cfg, int64_t B, int64_t T
     ATTN_TRY(attn_mha_config_resolve(cfg, &c));
     if (!views || !trace || B < 0 || Tq < 0 || Tk < 0)
         return ATTN_EINVAL;
-    int64_t shp[5][3];
-    int nd[5];
-    cache_shapes(&c, B, Tq, Tk, shp, nd);
-    ATTN_TRY(attn__slab_bind(c.dtype, 5, shp, nd, slab, slab_size, views));
+    int64_t shp[4][3];
+    int nd[4], n;
+    attn_view t[4];
+    cache_shapes(&c, B, Tq, Tk, shp, nd, &n);
+    ATTN_TRY(attn__slab_bind(c.dtype, n, shp, nd, slab, slab_size, t));
+    cache_views(&c, n, t, views);
     memset(trace, 0, sizeof *trace);
     trace->q = &views[0];
     trace->k = &views[1];
