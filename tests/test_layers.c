@@ -42,7 +42,8 @@ static void mha_traced(const mha_case *mc, const attn_mha_config *rc, const attn
     void *cslab = slab_new(cs);
     attn_view cv[5];
     attn_trace tr;
-    ck_assert_int_eq(attn_mha_cache_bind(rc, mc->B, mc->Tq, mc->Tk, cslab, cs, cv, &tr), ATTN_OK);
+    ck_assert_int_eq(attn_mha_cache_bind(rc, mc->B, mc->Tq, mc->Tk, cslab, cs, cv, &tr),
+                     ATTN_OK);
     ck_assert((char *)cv[2].data == (char *)cv[1].data + (size_t)KD * es); /* k, v adjacent */
     lt out = lt_new(dt, 3, want->shape);
     attn_status st = attn_mha_forward(rc, p, xq, xkv, o, &out.v, &tr, NULL, 0);
@@ -52,7 +53,8 @@ static void mha_traced(const mha_case *mc, const attn_mha_config *rc, const attn
     int64_t nq = mc->B * mc->Tq, nk = mc->B * mc->Tk;
     double *r = malloc(sizeof(double) * (size_t)((nq > nk ? nq : nk) * (HD > KD ? HD : KD)));
     const double *xs[3] = {dq, dkv, dkv};
-    int64_t rows[3] = {nq, nk, nk}, ins[3] = {mc->C, rc->d_kv, rc->d_kv}, outs[3] = {HD, KD, KD};
+    int64_t rows[3] = {nq, nk, nk}, ins[3] = {mc->C, rc->d_kv, rc->d_kv};
+    int64_t outs[3] = {HD, KD, KD};
     for (int i = 0; i < 3; ++i) {
         ref_l_linear(rows[i], ins[i], outs[i], xs[i], w[i], w[4 + i], r);
         attn_view rv = lt_wrap(r, 3, cv[i].shape);

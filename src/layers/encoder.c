@@ -157,7 +157,8 @@ static attn_view act_view(attn__plan *pl, const attn_view *traced, const attn_vi
     return traced ? *traced : attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
 }
 
-/* r = res + MHA(d's input): folded into the output projection unless the trace keeps MHA's output. */
+/* r = res + MHA(d's input): folded into the output projection unless the trace keeps MHA's
+ * output. */
 static attn_status mha_residual(const attn_encoder_config *c, const attn_encoder_params *p,
                                 const attn__mha_dims *d, const attn_sdpa_opts *opts,
                                 const attn_view *res, attn_view *r, const attn_trace *tr,
@@ -211,11 +212,11 @@ static attn_status forward_body(const void *args, attn__plan *pl) {
         if (run) {
             attn__layernorm_run(c->eps, &r2, g2, b2, out, tr->ln2_mean, tr->ln2_rstd);
             if (tr->ln2)
-                attn__view_copy_run(out, tr->ln2);
+                attn__copy_run(out, tr->ln2);
         }
     }
     if (run && tr->output)
-        attn__view_copy_run(out, tr->output);
+        attn__copy_run(out, tr->output);
     return ATTN_OK;
 }
 
@@ -285,13 +286,14 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
     attn_mha_params *gm = g ? &g->mha : NULL;
     attn_ffn_params *gf = g ? &g->ffn : NULL;
     attn_view dr1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
-    attn_view dln = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
+    attn_view dln = attn__plan_scratch(pl, x->dtype, 3, x->shape, false); /* written first */
     attn__mha_dims d;
     if (c->norm == ATTN_PRE_NORM) {
         /* out = r1 + FFN(LN2(r1)): dr1 = dout + LN2'(FFN'(dout)); dr1 := dout, one pass */
         if (run)
-            attn__view_copy_run(dout, &dr1);
-        ATTN_TRY(attn__ffn_backward_body(&c->ffn, &p->ffn, k->ln2, k, dout, &dln, gf, pl));
+            attn__copy_run(dout, &dr1);
+        ATTN_TRY(
+            attn__ffn_backward_body_dx(&c->ffn, &p->ffn, k->ln2, k, dout, &dln, true, gf, pl));
         if (run) {
             attn__layernorm_backward_run(k->residual1, g2, k->ln2_mean, k->ln2_rstd, &dln, &dr1,
                                          dg2, db2);
@@ -299,10 +301,10 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
             if (dx)
                 attn__add_backward_run(&dr1, dx, NULL);
         }
-        attn_view dln1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
+        attn_view dln1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
         d = attn__mha_dims_self(&c->mha, k->ln1);
-        ATTN_TRY(attn__mha_backward_body(&c->mha, &p->mha, &d, a->opts, k, &dr1, &dln1, NULL, gm,
-                                         pl));
+        ATTN_TRY(attn__mha_backward_body_dx(&c->mha, &p->mha, &d, a->opts, k, &dr1, &dln1, NULL,
+                                            true, gm, pl));
         if (run)
             attn__layernorm_backward_run(x, g1, k->ln1_mean, k->ln1_rstd, &dln1, dx, dg1, db1);
     } else {
@@ -313,7 +315,7 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
         if (run) {
             attn__layernorm_backward_run(k->residual2, g2, k->ln2_mean, k->ln2_rstd, dout, &dr2,
                                          dg2, db2);
-            attn__add_backward_run(&dr2, &dln, NULL);
+            attn__copy_run(&dr2, &dln); /* dln := dr2, then the FFN's dx adds to it */
         }
         ATTN_TRY(attn__ffn_backward_body(&c->ffn, &p->ffn, k->ln1, k, &dr2, &dln, gf, pl));
         if (run) {

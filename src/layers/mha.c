@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Multi-head attention: Q/K/V projections, heads as views, sdpa, output projection; and back. */
+/* Multi-head attention: Q/K/V projections, heads as views, sdpa, output projection; and back.
+ */
 #include <string.h>
 
 #include "layers/layers_internal.h"
@@ -84,7 +85,8 @@ int64_t attn_mha_param_count(const attn_mha_config *cfg) {
  */
 static void in_proj_order(attn_view *w) {
     attn_view t;
-    attn_status st = attn_view_init(&t, w->dtype, w->data, 2, (int64_t[]){w->shape[1], w->shape[0]});
+    int64_t shape[2] = {w->shape[1], w->shape[0]};
+    attn_status st = attn_view_init(&t, w->dtype, w->data, 2, shape);
     st = st == ATTN_OK ? attn_view_transpose(&t, 0, 1, w) : st;
     ATTN_ASSERT(st == ATTN_OK);
     (void)st;
@@ -233,7 +235,8 @@ int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n, attn_
         attn__cat_views(3, (const attn_view *[]){t->q, t->k, t->v}, cat)) {
         l[n + 1] = cat; /* the slots of q, k, v (attn__trace_views' order) */
         l[n + 2] = l[n + 3] = NULL;
-    } else if (t && t->k && t->v && attn__cat_views(2, (const attn_view *[]){t->k, t->v}, cat)) {
+    } else if (t && t->k && t->v &&
+               attn__cat_views(2, (const attn_view *[]){t->k, t->v}, cat)) {
         l[n + 2] = cat;
         l[n + 3] = NULL;
     }
@@ -244,7 +247,8 @@ int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n, attn_
 typedef enum { QKV_SEPARATE, QKV_ONE, KV_ONE } qkv_mode;
 
 static qkv_mode qkv_plan(const attn_mha_params *p, const attn__mha_dims *d, attn_view *wcat) {
-    if (d->xkv == d->xq && attn__cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
+    if (d->xkv == d->xq &&
+        attn__cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
         return QKV_ONE;
     if (attn__cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, wcat))
         return KV_ONE;
@@ -281,15 +285,20 @@ static void qkv_buffers(const attn_mha_config *c, const attn__mha_dims *d, const
     *V = attn__cols(&kv, d->KD, d->KD);
 }
 
-/* One projection GEMM, then its bias added block by block (the biases need not be adjacent). */
+/*
+ * One projection GEMM for n column blocks: each block first set to its bias (the
+ * biases need not be adjacent), then the GEMM with beta = 1 (no bias: beta = 0).
+ */
 static attn_status proj_cat(attn__plan *pl, const attn_view *x, const attn_view *wcat,
                             attn_view *ycat, int n, const attn_view *const *b,
                             attn_view *const *y) {
-    ATTN_TRY(attn__plan_linear(pl, x, wcat, NULL, ycat));
-    if (attn__plan_running(pl))
-        for (int i = 0; i < n; ++i)
-            if (b[i])
-                attn__add_run(y[i], b[i], y[i]);
+    if (!attn__plan_running(pl))
+        return attn__plan_linear(pl, x, wcat, NULL, ycat);
+    for (int i = 0; i < n; ++i)
+        if (b[i])
+            attn__fill_bias_run(b[i], y[i]);
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, wcat, b[0] ? 1.0 : 0.0, ycat,
+                   attn__plan_inner_base(pl), attn__plan_inner_size(pl));
     return ATTN_OK;
 }
 
@@ -355,7 +364,7 @@ attn_status attn__mha_forward_body_res(const attn_mha_config *c, const attn_mha_
         attn__sdpa_run(sp, &Qh, &Kh, &Vh, &Oh, tr->attention, tr->lse,
                        attn__plan_inner_base(pl), attn__plan_inner_size(pl));
         if (tr->read_values)
-            attn__view_copy_run(&Oh, tr->read_values);
+            attn__copy_run(&Oh, tr->read_values);
     } else {
         ATTN_TRY(attn__sdpa_need(sp, &Qh, &Kh, &Vh, &need));
         attn__plan_inner(pl, need);
@@ -430,7 +439,8 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
     const attn_view *ins[ATTN__MAX_ALIAS] = {x_q, x_kv, a.opts->keep, a.opts->bias};
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
     attn_view cat;
-    int nout = attn__trace_out_views(trace, outs, 1, &cat), nin = attn__mha_views(&c, p, ins, 4);
+    int nout = attn__trace_out_views(trace, outs, 1, &cat);
+    int nin = attn__mha_views(&c, p, ins, 4);
     return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
 }
 
@@ -444,12 +454,16 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
  */
 static attn_status qkv_backward(const attn_mha_config *c, const attn_mha_params *p,
                                 const attn__mha_dims *d, attn_view *dQ, attn_view *dK,
-                                attn_view *dV, attn_view *dx_q, attn_view *dx_kv,
+                                attn_view *dV, attn_view *dx_q, attn_view *dx_kv, bool set_dx,
                                 attn_mha_params *g, attn__plan *pl) {
     /* self-attention: x_kv is x_q, and so its gradient lands in dx_q */
     attn_view *dxkv = d->xkv == d->xq ? dx_q : dx_kv;
-    ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
-                                        g && c->bias ? &g->bq : NULL));
+    if (set_dx && dx_q) /* dx_q := dQ Wq^T (beta 0), then K and V add to it */
+        ATTN_TRY(attn__plan_linear_backward_set(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
+                                                g && c->bias ? &g->bq : NULL));
+    else
+        ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
+                                            g && c->bias ? &g->bq : NULL));
     ATTN_TRY(attn__plan_linear_backward(pl, d->xkv, &p->wk, dK, dxkv, g ? &g->wk : NULL,
                                         g && c->bias ? &g->bk : NULL));
     return attn__plan_linear_backward(pl, d->xkv, &p->wv, dV, dxkv, g ? &g->wv : NULL,
@@ -461,6 +475,14 @@ attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_par
                                     const attn_trace *cache, const attn_view *dout,
                                     attn_view *dx_q, attn_view *dx_kv, attn_mha_params *g,
                                     attn__plan *pl) {
+    return attn__mha_backward_body_dx(c, p, d, opts, cache, dout, dx_q, dx_kv, false, g, pl);
+}
+
+attn_status attn__mha_backward_body_dx(const attn_mha_config *c, const attn_mha_params *p,
+                                       const attn__mha_dims *d, const attn_sdpa_opts *opts,
+                                       const attn_trace *cache, const attn_view *dout,
+                                       attn_view *dx_q, attn_view *dx_kv, bool set_dx,
+                                       attn_mha_params *g, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t sq[3] = {d->B, d->Tq, d->HD};
     int64_t sk[3] = {d->B, d->Tk, d->KD};
@@ -488,7 +510,7 @@ attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_par
         ATTN_TRY(attn__sdpa_backward_need(sp, &Qh, &Kh, &Vh, &need));
         attn__plan_inner(pl, need);
     }
-    return qkv_backward(c, p, d, &dQ, &dK, &dV, dx_q, dx_kv, g, pl);
+    return qkv_backward(c, p, d, &dQ, &dK, &dV, dx_q, dx_kv, set_dx, g, pl);
 }
 
 static attn_status backward_body(const void *args, attn__plan *pl) {

@@ -88,8 +88,20 @@ attn_status attn__plan_linear(attn__plan *pl, const attn_view *x, const attn_vie
         attn__plan_inner(pl, need);
         return ATTN_OK;
     }
-    attn__linear_run(x, w, b, y, attn__plan_inner_base(pl), attn__plan_inner_size(pl));
+    attn__plan_gemm_bias(pl, x, w, b, y);
     return ATTN_OK;
+}
+
+void attn__plan_gemm_bias(attn__plan *pl, const attn_view *x, const attn_view *w,
+                          const attn_view *b, attn_view *y) {
+    /*
+     * y := b, then y += x W with beta = 1. With beta = 0 OpenBLAS first zeroes C in a
+     * pass of its own and the bias was a second pass after; this is one write pass.
+     */
+    if (b)
+        attn__fill_bias_run(b, y);
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, w, b ? 1.0 : 0.0, y,
+                   attn__plan_inner_base(pl), attn__plan_inner_size(pl));
 }
 
 attn_status attn__plan_linear_act(attn__plan *pl, const attn_view *x, const attn_view *w,
@@ -101,9 +113,9 @@ attn_status attn__plan_linear_act(attn__plan *pl, const attn_view *x, const attn
         attn__plan_inner(pl, need);
         return ATTN_OK;
     }
-    /* g = x W, then in one pass over it: v = g + b, g = v (kept), y = act(v) */
-    attn__linear_run(x, w, NULL, g, attn__plan_inner_base(pl), attn__plan_inner_size(pl));
-    attn__bias_act_run(act, g, b, keep_pre ? g : NULL, y);
+    /* g := b, g += x W (beta = 1), then in one pass over it: g kept, y = act(g) */
+    attn__plan_gemm_bias(pl, x, w, b, g);
+    attn__bias_act_run(act, g, NULL, keep_pre ? g : NULL, y);
     return ATTN_OK;
 }
 
@@ -119,7 +131,7 @@ attn_status attn__plan_linear_res(attn__plan *pl, const attn_view *x, const attn
     if (b)
         attn__add_run(r, b, y);
     else if (r->data != y->data)
-        attn__view_copy_run(r, y);
+        attn__copy_run(r, y);
     attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, w, 1.0, y, attn__plan_inner_base(pl),
                    attn__plan_inner_size(pl)); /* x, y are (..., n) with n >= 2 dims here */
     return ATTN_OK;
