@@ -447,27 +447,63 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
 /* ---- backward ------------------------------------------------------------ */
 
 /*
- * The projections' backward: dx += dY W^T, dW += x^T dY, db += sum dY for Q, K, V.
- * (dQ, dK, dV stay three buffers: the sdpa backward takes gradients that do not
- * overlap, and column blocks of one buffer do by the span test, so the forward's
- * one-GEMM projection has no backward counterpart.)
+ * A zeroed (B, T, W) scratch stored column-major, (W, B T) row-major: strides (T, 1,
+ * B T). Its column blocks (dQ, dK, dV) have disjoint spans, so the sdpa backward
+ * takes them as three gradients (it writes them through attn_gemm, which takes a
+ * column-major C as it is), and the projections' backward reads them as one
+ * (B T, W) matrix: one GEMM for dx, one for dW.
+ */
+static attn_view colmajor(attn__plan *pl, attn_dtype dt, int64_t B, int64_t T, int64_t W) {
+    attn_view m = attn__plan_scratch(pl, dt, 2, (int64_t[]){W, B * T}, true);
+    attn_view v = {.data = m.data, .dtype = dt, .ndim = 3, .shape = {B, T, W},
+                   .stride = {T, 1, B * T}};
+    return v;
+}
+
+/*
+ * The projections' backward: dx += dY W^T, dW += x^T dY, db += sum dY. With the
+ * weights adjacent (as for Q, K, V in the forward), dx takes one GEMM over the
+ * fused (B T, HD + 2 KD) gradient (cross-attention: K and V), and with the
+ * gradient slab adjacent too, dW one. set_dx: dx_q is written (beta 0), not
+ * accumulated.
  */
 static attn_status qkv_backward(const attn_mha_config *c, const attn_mha_params *p,
                                 const attn__mha_dims *d, attn_view *dQ, attn_view *dK,
                                 attn_view *dV, attn_view *dx_q, attn_view *dx_kv, bool set_dx,
                                 attn_mha_params *g, attn__plan *pl) {
-    /* self-attention: x_kv is x_q, and so its gradient lands in dx_q */
-    attn_view *dxkv = d->xkv == d->xq ? dx_q : dx_kv;
-    if (set_dx && dx_q) /* dx_q := dQ Wq^T (beta 0), then K and V add to it */
-        ATTN_TRY(attn__plan_linear_backward_set(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
-                                                g && c->bias ? &g->bq : NULL));
-    else
-        ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
-                                            g && c->bias ? &g->bq : NULL));
-    ATTN_TRY(attn__plan_linear_backward(pl, d->xkv, &p->wk, dK, dxkv, g ? &g->wk : NULL,
-                                        g && c->bias ? &g->bk : NULL));
-    return attn__plan_linear_backward(pl, d->xkv, &p->wv, dV, dxkv, g ? &g->wv : NULL,
-                                      g && c->bias ? &g->bv : NULL);
+    bool self = d->xkv == d->xq, run = attn__plan_running(pl);
+    int n = self ? 3 : 2; /* the blocks one GEMM may take: Q, K, V or K, V */
+    const attn_view *w3[3] = {&p->wq, &p->wk, &p->wv}, *d3[3] = {dQ, dK, dV};
+    const attn_view *g3[3] = {g ? &g->wq : NULL, g ? &g->wk : NULL, g ? &g->wv : NULL};
+    const attn_view *const *ws = w3 + 3 - n, *const *ds = d3 + 3 - n, *const *gs = g3 + 3 - n;
+    attn_view *dx = self ? dx_q : dx_kv; /* self-attention: x_kv's gradient lands in dx_q */
+    const attn_view *x = d->xkv;
+    attn_view wcat, dcat, gcat;
+    bool fused = attn__cat_views(n, ds, &dcat) && attn__cat_views(n, ws, &wcat);
+    bool gfused = fused && g && attn__cat_views(n, gs, &gcat);
+    if (!self) /* cross-attention: Q's projection on its own */
+        ATTN_TRY(set_dx && dx_q ? attn__plan_linear_backward_set(pl, d->xq, &p->wq, dQ, dx_q,
+                                                                 g ? &g->wq : NULL, NULL)
+                                : attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q,
+                                                             g ? &g->wq : NULL, NULL));
+    bool set = self && set_dx;
+    if (dx && fused)
+        ATTN_TRY(set ? attn__plan_linear_backward_set(pl, x, &wcat, &dcat, dx, NULL, NULL)
+                     : attn__plan_linear_backward(pl, x, &wcat, &dcat, dx, NULL, NULL));
+    for (int i = 0; dx && !fused && i < n; ++i)
+        ATTN_TRY(set && i == 0
+                     ? attn__plan_linear_backward_set(pl, x, ws[i], ds[i], dx, NULL, NULL)
+                     : attn__plan_linear_backward(pl, x, ws[i], ds[i], dx, NULL, NULL));
+    if (gfused)
+        ATTN_TRY(attn__plan_linear_backward(pl, x, &wcat, &dcat, NULL, &gcat, NULL));
+    for (int i = 0; g && !gfused && i < n; ++i)
+        ATTN_TRY(attn__plan_linear_backward(pl, x, ws[i], ds[i], NULL, (attn_view *)gs[i], NULL));
+    if (run && g && c->bias) {
+        attn_view *b3[3] = {&g->bq, &g->bk, &g->bv};
+        for (int i = 0; i < 3; ++i)
+            attn__add_backward_run(d3[i], NULL, b3[i]);
+    }
+    return ATTN_OK;
 }
 
 attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_params *p,
@@ -485,10 +521,19 @@ attn_status attn__mha_backward_body_dx(const attn_mha_config *c, const attn_mha_
                                        attn_mha_params *g, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t sq[3] = {d->B, d->Tq, d->HD};
-    int64_t sk[3] = {d->B, d->Tk, d->KD};
-    attn_view dQ = attn__plan_scratch(pl, dt, 3, sq, true);
-    attn_view dK = attn__plan_scratch(pl, dt, 3, sk, true);
-    attn_view dV = attn__plan_scratch(pl, dt, 3, sk, true);
+    /* dQ, dK, dV: column blocks of one column-major scratch (cross: dQ, and dK with dV) */
+    attn_view dQ, dK, dV;
+    if (d->xkv == d->xq && d->Tq == d->Tk) {
+        attn_view all = colmajor(pl, dt, d->B, d->Tq, d->HD + 2 * d->KD);
+        dQ = attn__cols(&all, 0, d->HD);
+        dK = attn__cols(&all, d->HD, d->KD);
+        dV = attn__cols(&all, d->HD + d->KD, d->KD);
+    } else {
+        dQ = colmajor(pl, dt, d->B, d->Tq, d->HD);
+        attn_view kv = colmajor(pl, dt, d->B, d->Tk, 2 * d->KD);
+        dK = attn__cols(&kv, 0, d->KD);
+        dV = attn__cols(&kv, d->KD, d->KD);
+    }
     attn_view dO = attn__plan_scratch(pl, dt, 3, sq, false);
     /* out = O Wo + bo: dO = dout Wo^T written, not accumulated (no zeroing pass) */
     ATTN_TRY(attn__plan_linear_backward_set(pl, cache->concat, &p->wo, dout, &dO,
