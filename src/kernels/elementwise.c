@@ -306,7 +306,10 @@ static void copy_tasks(void *ctx, int64_t t0, int64_t t1) {
 void attn__copy_run(const attn_view *src, attn_view *y) {
     ATTN_ASSERT(src->dtype == y->dtype && k_same_shape(src, y) &&
                 (src->dtype == ATTN_F32 || src->dtype == ATTN_F64));
-    if (attn_view_numel(y) == 0)
+    int64_t n = 1;
+    for (int k = 0; k < y->ndim; ++k)
+        n *= y->shape[k];
+    if (n == 0)
         return;
     k_iter it;
     k_iter_init(&it, 2, (const attn_view *[]){src, y}, true);
@@ -317,6 +320,23 @@ void attn__copy_run(const attn_view *src, attn_view *y) {
 }
 
 void attn__fill_bias_run(const attn_view *b, attn_view *y) {
+    int nd = y->ndim, last = nd - 1;
+    int64_t rows = 1, n = y->shape[last];
+    size_t es = attn_dtype_size(y->dtype);
+    for (int k = 0; k < last; ++k)
+        rows *= y->shape[k];
+    /* small, unit-stride rows: one memcpy per row, no iterator, no thread pool */
+    if (b->stride[0] == 1 && y->stride[last] == 1 && rows * n <= 16384) {
+        for (int64_t r = 0; r < rows; ++r) {
+            int64_t off = 0, q = r;
+            for (int k = last - 1; k >= 0; --k) {
+                off += (q % y->shape[k]) * y->stride[k];
+                q /= y->shape[k];
+            }
+            memcpy((char *)y->data + off * (int64_t)es, b->data, (size_t)n * es);
+        }
+        return;
+    }
     attn_view bb;
     attn_status st = broadcast_to(b, y, &bb);
     ATTN_ASSERT(st == ATTN_OK);

@@ -31,9 +31,20 @@ attn_view attn__plan_scratch(attn__plan *pl, attn_dtype dt, int ndim, const int6
     for (int k = 0; k < ndim; ++k)
         n *= (size_t)shape[k];
     void *p = plan_take(pl, n);
-    if (zero && !pl->counting)
-        memset(p, 0, n);
     attn_view v;
+    if (!pl->counting) { /* the counting pass checked this very shape: no second check */
+        if (zero)
+            memset(p, 0, n);
+        attn_view r = {.data = p, .dtype = dt, .ndim = ndim};
+        v = r;
+        int64_t s = 1;
+        for (int k = ndim - 1; k >= 0; --k) {
+            v.shape[k] = shape[k];
+            v.stride[k] = s;
+            s *= shape[k] > 0 ? shape[k] : 1;
+        }
+        return v;
+    }
     attn_status st = attn_view_init(&v, dt, p, ndim, shape);
     if (st != ATTN_OK) { /* too large for a view: the counting pass reports it */
         ATTN_ASSERT(pl->counting);
