@@ -192,57 +192,6 @@ attn_status attn__mha_check_trace(const attn_mha_config *c, const attn__mha_dims
     return attn__want_opt(tr->lse, dt, 3, sl);
 }
 
-/*
- * n views (2 or 3) as one, concatenated along the last axis, when they are its
- * adjacent blocks: the same ndim, shape but for the last axis, and strides,
- * each starting where the previous one's last-axis extent ends. That is
- * PyTorch's in_proj_weight (3C, C) seen transposed as wq, wk, wv (C, C) with
- * strides (1, C), or the column slices of one (B, T, 3C) activation.
- */
-bool attn__cat_views(int n, const attn_view *const *v, attn_view *cat) {
-    const attn_view *a = v[0];
-    int nd = a->ndim, last = nd - 1;
-    int64_t ext = a->shape[last];
-    size_t es = attn_dtype_size(a->dtype);
-    for (int i = 1; i < n; ++i) {
-        const attn_view *b = v[i];
-        if (b->ndim != nd || b->dtype != a->dtype)
-            return false;
-        for (int k = 0; k < nd; ++k)
-            if (b->stride[k] != a->stride[k] || (k != last && b->shape[k] != a->shape[k]))
-                return false;
-        const char *want = (const char *)a->data + ext * a->stride[last] * (int64_t)es;
-        if ((const char *)b->data != want || a->stride[last] == 0)
-            return false;
-        ext += b->shape[last];
-    }
-    *cat = *a;
-    cat->shape[last] = ext;
-    return true;
-}
-
-/* Columns [c0, c0 + n) of a (B, T, W) view. */
-attn_view attn__cols(const attn_view *x, int64_t c0, int64_t n) {
-    attn_view v = *x;
-    v.data = (char *)x->data + c0 * x->stride[2] * (int64_t)attn_dtype_size(x->dtype);
-    v.shape[2] = n;
-    return v;
-}
-
-int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n, attn_view *cat) {
-    int m = attn__trace_views(t, l, n);
-    if (t && t->q && t->k && t->v &&
-        attn__cat_views(3, (const attn_view *[]){t->q, t->k, t->v}, cat)) {
-        l[n + 1] = cat; /* the slots of q, k, v (attn__trace_views' order) */
-        l[n + 2] = l[n + 3] = NULL;
-    } else if (t && t->k && t->v &&
-               attn__cat_views(2, (const attn_view *[]){t->k, t->v}, cat)) {
-        l[n + 2] = cat;
-        l[n + 3] = NULL;
-    }
-    return m;
-}
-
 /* How the Q, K, V projections run: one GEMM for all three, one for K and V, or three. */
 typedef enum { QKV_SEPARATE, QKV_ONE, KV_ONE } qkv_mode;
 
