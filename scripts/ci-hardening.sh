@@ -78,25 +78,54 @@ for step in $steps; do
   fuzz)
     # Each libFuzzer target from its committed seed corpus, for a bounded time,
     # in a scratch copy of the corpus (CI does not grow the committed one).
+    # -runs: about 70% of the executions 60 s gave each target on the 2-core CI machine
+    # (docs/reliability.md section 8), scaled to ATTN_FUZZ_SECONDS,
+    # so that with the fixed seed a slower or faster machine explores the same inputs;
+    # -max_total_time stays the cap. ATTN_FUZZ_RUNS=0: time only.
+    # fuzz_ring (ring attention, MPI) runs on 2 ranks under mpirun: rank 0 fuzzes and
+    # broadcasts every input to rank 1; Open MPI's own leaks are suppressed
+    # (tests/lsan.supp, with full malloc stacks), and each rank saves the input it
+    # crashed on as build-fuzz/crash-ring-crash-on-rank<r>.
     setup clang build-fuzz $common -Dfuzz=true -Db_sanitize=address,undefined \
       -Db_lundef=false
-    targets=$(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//')
+    targets=""
+    for t in $(cd tests/fuzz && ls fuzz_*.c | sed 's/\.c$//'); do
+      if [ "$t" = fuzz_ring ] && ! { grep -q 'tests/fuzz/fuzz_ring:' build-fuzz/build.ninja &&
+                                     command -v mpirun >/dev/null; }; then
+        echo "== fuzz ring skipped: no MPI"; continue
+      fi
+      targets="$targets $t"
+    done
     meson compile -C build-fuzz $(for t in $targets; do printf 'tests/fuzz/%s ' "$t"; done)
     for t in $targets; do
       name=${t#fuzz_}
       work=build-fuzz/corpus-$name
       rm -rf "$work"; mkdir -p "$work"
       [ -d "tests/fuzz/corpus/$name" ] && cp "tests/fuzz/corpus/$name"/* "$work"/ 2>/dev/null || true
-      echo "== fuzz $name for $fuzz_seconds s"
-      if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+      case "$name" in
+      view) runs=75000 ;; gemm) runs=140000 ;; sdpa) runs=95000 ;; layers) runs=120000 ;;
+      backward) runs=42000 ;; sdpa_backward) runs=14000 ;; layers_backward) runs=33000 ;;
+      ring) runs=1500 ;; *) runs=-1 ;;
+      esac
+      [ "$runs" -gt 0 ] && runs=$((runs * fuzz_seconds / 60))
+      [ "${ATTN_FUZZ_RUNS:-1}" = 0 ] && runs=-1 # libFuzzer: -1 = unlimited
+      launch="" unwind=""
+      if [ "$name" = ring ]; then
+        launch="mpirun -np 2 --oversubscribe"; unwind=":fast_unwind_on_malloc=0"
+      fi
+      echo "== fuzz $name for $fuzz_seconds s or $runs runs, whichever comes first"
+      if ! OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+           OPENBLAS_NUM_THREADS=1 \
+           ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1$unwind \
+           LSAN_OPTIONS=suppressions=$root/tests/lsan.supp \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-           "build-fuzz/tests/fuzz/$t" -max_total_time="$fuzz_seconds" -seed="$fuzz_seed" -timeout=20 \
-             -rss_limit_mb=2048 -max_len=512 -print_final_stats=1 \
+           $launch "build-fuzz/tests/fuzz/$t" -max_total_time="$fuzz_seconds" -runs="$runs" \
+             -seed="$fuzz_seed" -timeout=20 -rss_limit_mb=2048 -max_len=512 -print_final_stats=1 \
              -artifact_prefix=build-fuzz/crash-"$name"- "$work" >"$work.log" 2>&1; then
         tail -n 60 "$work.log"; echo "== fuzz $name FAILED (input saved as build-fuzz/crash-$name-*)"
         exit 1
       fi
-      grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|cov:' "$work.log" | tail -n 4
+      grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb|fuzz_ring:)|cov:' "$work.log" | tail -n 5
     done
     stamp fuzz ;;
   tsan)

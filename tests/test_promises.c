@@ -76,6 +76,16 @@ struct pr_case {
     attn_encoder_config enc;
     int tr_idx[21]; /* view index of each attn_trace field (declaration order), -1 none */
     int p0, g0, x_i, xkv_i, dout_i, dx_i, dxkv_i, out_i;
+    /* decode (promises_decode.c) */
+    uint64_t raw;        /* bit i: view i is a raw int64 array (cache lengths), not a view */
+    attn_step_opts step; /* options of a cached step */
+    int64_t n_new[4];
+    bool use_nnew, has_step, mlen;
+    bool ref_all;     /* the baseline compares every output (cache entries, lengths) */
+    bool query_upper; /* the query is an upper bound (it cannot see every argument) */
+    attn_decoder_config dec;
+    int ck_i, mk_i, len_i; /* self cache k (v, len follow), memory cache k, step lengths */
+    int saved_idx[32];     /* view index of each attn_decoder_saved field, -1 none */
 };
 
 #define V(i) (&c->v[i])
@@ -631,7 +641,8 @@ static void pr_fill_cache_enc(pr_case *c) {
 
 static bool pr_relayout(pr_case *c, int i, int how);
 enum { L_NEG, L_PAD, L_SPREAD, L_COLMAJOR, L_COUNT };
-enum { PR_NCASES = 44 };
+enum { PR_NCASES = 44, PR_DECODE_END = 50 };
+static bool pr_build_decode(int which, attn_dtype dt, pr_case *c);
 
 static bool pr_build(int which, attn_dtype dt, pr_case *c) {
     memset(c, 0, sizeof *c);
@@ -642,6 +653,7 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
     c->nul_ptr = -1;
     c->keep_i = c->bias_i = c->weights_i = c->lse_i = -1;
     c->x_i = c->xkv_i = c->dout_i = c->dx_i = c->dxkv_i = c->out_i = -1;
+    c->ck_i = c->mk_i = c->len_i = -1;
     for (int f = 0; f < 21; ++f)
         c->tr_idx[f] = -1;
     enum { B = 2, T = 3, C = 4, F = 8 };
@@ -1039,7 +1051,7 @@ static bool pr_build(int which, attn_dtype dt, pr_case *c) {
         return true;
     }
     }
-    return false;
+    return pr_build_decode(which, dt, c);
 }
 
 /* ---- the promise checks ----------------------------------------------------------------- */
@@ -1091,13 +1103,13 @@ static void pr_mark(const attn_view *v) {
     }
 }
 
-enum { E_REFUSE, E_SAME, E_OK, E_EITHER, E_ANY };
+enum { E_REFUSE, E_SAME, E_OK, E_EITHER, E_ANY, E_NOTOK };
 
 /*
  * Run c once. E_REFUSE: status `want` and the arena unchanged. E_SAME: OK, only the
  * outputs and the workspace written, the outputs equal to `base`. E_OK: OK, only outputs
  * and workspace written. E_EITHER: E_SAME, or refused with nothing written. E_ANY:
- * E_OK, or refused with nothing written.
+ * E_OK, or refused with nothing written. E_NOTOK: refused (any status), nothing written.
  */
 static bool pr_trace_calls; /* ATTN_PROMISES_TRACE=1: name every call on stderr first */
 static void pr_try(pr_case *c, const pr_vals *base, int e, attn_status want, const char *what) {
@@ -1107,7 +1119,9 @@ static void pr_try(pr_case *c, const pr_vals *base, int e, attn_status want, con
     attn_status st = c->call(c);
     ++pr_ncalls;
     bool refused = st != ATTN_OK;
-    if (e == E_REFUSE || ((e == E_EITHER || e == E_ANY) && refused)) {
+    if (e == E_NOTOK && !refused)
+        pr_fail(c, what, "accepted, want a refusal");
+    if (e == E_REFUSE || e == E_NOTOK || ((e == E_EITHER || e == E_ANY) && refused)) {
         if (e == E_REFUSE && st != want)
             pr_fail(c, what, "got %s, want %s", attn_status_name(st), attn_status_name(want));
         if (refused && memcmp(pr_snap, pr_mem, PR_ARENA) != 0) {
@@ -1182,7 +1196,7 @@ static bool pr_baseline(int which, attn_dtype dt, pr_vals *base) {
                   attn_status_name(st));
     double rtol = dt == ATTN_F64 ? 1e-10 : 1e-4, atol = dt == ATTN_F64 ? 1e-12 : 1e-5;
     for (int i = 0; i < c->nv && c->ref; ++i)
-        if (buf[i] && (c->out_i < 0 || i == c->out_i)) { /* layers: the output only */
+        if (buf[i] && (c->out_i < 0 || i == c->out_i || c->ref_all)) { /* layers: out only */
             char what[96];
             snprintf(what, sizeof what, "%s %s view %d against the reference", c->name,
                      dt == ATTN_F64 ? "f64" : "f32", i);
@@ -1240,6 +1254,8 @@ static bool pr_shape_free(const pr_case *c, int i) {
             !strcmp(n, "attn_diag_softmax_jacobian_spectral"));
 }
 
+#include "promises_decode.c"
+
 enum { PART_ARGS = 1, PART_ALIAS = 2, PART_WORK = 4 };
 static void pr_run(int which, attn_dtype dt, int parts) {
     pr_vals base;
@@ -1259,6 +1275,8 @@ static void pr_run(int which, attn_dtype dt, int parts) {
             snprintf(what, sizeof what, "view %d NULL", i);
             pr_try(c, &base, c->optional >> i & 1 ? E_ANY : E_REFUSE, ATTN_EINVAL, what);
         }
+        if (c->raw >> i & 1)
+            continue; /* a raw array (cache lengths): its values are mutated below */
         /* malformed views: the status attn_view_check gives them */
         for (int m = 0; m < 4; ++m) {
             pr_build(which, dt, c);
@@ -1336,6 +1354,8 @@ static void pr_run(int which, attn_dtype dt, int parts) {
             pr_try(c, &base, E_SAME, ATTN_OK, what);
         }
     }
+    if (c->has_step && (parts & PART_ARGS))
+        pr_step_mutations(which, dt, c, &base);
     /* ---- other pointer arguments ---- */
     for (int k = 0; k < c->nptr && (parts & PART_ARGS); ++k) {
         pr_build(which, dt, c);
@@ -1420,7 +1440,8 @@ static void pr_run(int which, attn_dtype dt, int parts) {
             pr_build(which, dt, c);
             c->work_size = need - 1;
             c->work = pr_hi(need);
-            pr_try(c, &base, E_REFUSE, ATTN_EWORKSPACE, "workspace one byte short");
+            pr_try(c, &base, c->query_upper ? E_EITHER : E_REFUSE, ATTN_EWORKSPACE,
+                   "workspace one byte short");
         }
         /* misaligned: accepted with the same result, or refused with nothing written */
         static const size_t offs[] = {4, 1, 2, 8, 16, 32};
@@ -1454,13 +1475,21 @@ static void pr_run(int which, attn_dtype dt, int parts) {
                 attn_view *ov = &c->v[o], *av = &c->v[a];
                 size_t es = attn_dtype_size(ov->dtype), ab = pr_bytes(av);
                 size_t off = shift == 0 ? 0 : shift == 1 ? es : ab / es / 2 * es;
-                if (shift && off >= ab)
+                if (c->raw >> o & 1) /* an int64_t * off by 1-7 bytes is the caller's UB */
+                    off = off / 8 * 8;
+                if (shift && (off >= ab || off == 0))
                     continue;
                 ov->data = (char *)av->data + off;
                 bool same = off == 0 && !pr_is_out(c, a) && (c->same_ok[o] >> a & 1) &&
                             memcmp(ov, av, sizeof *ov) == 0;
                 snprintf(what, sizeof what, "output %d on view %d + %zu bytes", o, a, off);
-                pr_try(c, &base, same ? E_SAME : E_REFUSE, ATTN_EALIAS, what);
+                /* moved cache lengths read other bytes: a range error may come first */
+                pr_try(c, &base,
+                       same                    ? E_SAME
+                       : pr_known_gap(c, o, a) ? E_ANY
+                       : c->raw >> o & 1       ? E_NOTOK
+                                               : E_REFUSE,
+                       ATTN_EALIAS, what);
             }
         }
     }
@@ -1517,6 +1546,7 @@ PR_GROUP(pr_diag_init_posenc, 22, 33)
 PR_GROUP(pr_mha, 33, 37)
 PR_GROUP(pr_ffn, 37, 39)
 PR_GROUP(pr_encoder, 39, 43)
+PR_GROUP(pr_decode, PR_NCASES, PR_DECODE_END)
 #define PR_ADD(tc, name)                                                                       \
     tcase_add_test(tc, name##_args), tcase_add_test(tc, name##_alias),                         \
         tcase_add_test(tc, name##_work)
@@ -2119,7 +2149,7 @@ END_TEST
  */
 START_TEST(rg_kv_len_status) {
     pr_nfail = 0;
-    static const int cases[] = {18, 19, 20, 21, 33, 34, 35, 36, 39, 40, 41, 42};
+    static const int cases[] = {18, 19, 20, 21, 33, 34, 35, 36, 39, 40, 41, 42, 48, 49};
     for (int d = 0; d < 2; ++d)
         for (size_t n = 0; n < sizeof cases / sizeof *cases; ++n)
             for (int m = 0; m < 3; ++m) {
@@ -2294,6 +2324,11 @@ int main(void) {
     PR_ADD(tc, pr_mha);
     PR_ADD(tc, pr_ffn);
     PR_ADD(tc, pr_encoder);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("harness_decode");
+    tcase_set_timeout(tc, pr_full ? 3000 : 300);
+    PR_ADD(tc, pr_decode);
+    tcase_add_test(tc, pr_decode_binds);
     suite_add_tcase(s, tc);
     /* issue 15, class A (the layers validate everything before the first write) */
     tc = tcase_create("regress_layers");

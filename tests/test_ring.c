@@ -107,7 +107,7 @@ typedef struct rcase {
     int ragged; /* 0 none; 1 the global tail block ragged; 2 masked keys on every rank
                    (rank 0 batch 0 none valid: fully masked causal rows) */
     double scale;
-    sd_lay lay; /* memory layout of the local q, k, v, out */
+    sd_lay lay;  /* memory layout of the local q, k, v, out */
     int extreme; /* 1: every score exactly -1e9 (q = (-2^24, 0..), k_0 = 1e9 / 2^24);
                     2: exactly -1e20 (q_0 = -2^60): the lse loses log l in the dtype */
 } rcase;
@@ -657,6 +657,30 @@ START_TEST(ringws_invalid) {
 }
 END_TEST
 
+/*
+ * fuzz_ring: every block empty (T_r = 0 on every rank) with an lse whose data is NULL
+ * (an empty view may have no data): storing the lse computed NULL + 0 (UBSan, CI's
+ * ASan step). The call is ATTN_OK everywhere and writes nothing.
+ */
+START_TEST(ring_empty_null_data) {
+    static double buf[64];
+    for (int dt = 0; dt < 2; ++dt) {
+        attn_dtype t = dt ? ATTN_F64 : ATTN_F32;
+        attn_view q, k, v, out, lse;
+        ck_assert_int_eq(attn_view_init(&q, t, buf, 4, (int64_t[]){3, 4, 0, 4}), ATTN_OK);
+        ck_assert_int_eq(attn_view_init(&k, t, buf, 4, (int64_t[]){3, 2, 0, 4}), ATTN_OK);
+        ck_assert_int_eq(attn_view_init(&v, t, buf, 4, (int64_t[]){3, 2, 0, 4}), ATTN_OK);
+        ck_assert_int_eq(attn_view_init(&out, t, NULL, 4, (int64_t[]){3, 4, 0, 4}), ATTN_OK);
+        ck_assert_int_eq(attn_view_init(&lse, t, NULL, 3, (int64_t[]){3, 4, 0}), ATTN_OK);
+        for (int lay = 0; lay < 2; ++lay) {
+            attn_ring_opts o = {.causal = CA, .layout = (attn_ring_layout)lay, .lse = &lse};
+            assert_status_all(attn_ring_sdpa(MPI_COMM_WORLD, &q, &k, &v, &o, &out, NULL, 0),
+                              ATTN_OK, "empty blocks, out and lse without data");
+        }
+    }
+}
+END_TEST
+
 /* ---- attn_ring_sdpa_backward --------------------------------------------- */
 
 /* Gradient tolerances (as test_sdpa_backward: dS = P (dP - delta) cancels). */
@@ -765,8 +789,8 @@ static void run_backward(const rcase *c, attn_dtype dt) {
         while (tu_inc(li, p.ll.v.shape, 3));
     MPI_Allreduce(&inexact, &any_inexact, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (nranks > 1)
-        sent = (1 + any_inexact) * (n - block_len(c, (rank + 1) % nranks)) * per_tok +
-               n * per_tok;
+        sent =
+            (1 + any_inexact) * (n - block_len(c, (rank + 1) % nranks)) * per_tok + n * per_tok;
     assert_all(st.bytes_sent == sent &&
                    st.blocks_computed + st.blocks_skipped == (1 + any_inexact) * nranks,
                "backward stats");
@@ -942,6 +966,7 @@ static Suite *ring_suite(void) {
     tcase_add_test(tc, ring_err_across);
     tcase_add_test(tc, ring_err_mpi);
     tcase_add_test(tc, ring_workspace);
+    tcase_add_test(tc, ring_empty_null_data);
     tcase_set_timeout(tc, 300);
     suite_add_tcase(s, tc);
     TCase *tb = tcase_create("attn_ring_sdpa_backward");

@@ -262,10 +262,10 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
     attn__sdpa_plan sp;
     for (int64_t b = 0; (*so)->kv_len && b < B; ++b)
         if ((*so)->kv_len[b] < 0 || (*so)->kv_len[b] > T)
-            return ATTN_ERANGE; /* as attn_mha_forward */
+            return ATTN_EINVAL; /* as attn_sdpa and attn_mha_forward (one status per misuse) */
     for (int64_t b = 0; m && (*co)->kv_len && b < B; ++b)
         if ((*co)->kv_len[b] < 0 || (*co)->kv_len[b] > m->shape[1])
-            return ATTN_ERANGE;
+            return ATTN_EINVAL;
     ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *so, false, &sp));
     if (m) {
         ATTN_TRY(

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Per-dtype bodies of attn_ring_sdpa (src/ring.c): the lse merge and the output fills. */
 
-/* Element (b, h, i, 0) of a 4-D view, or (b, h, i) of a 3-D one, as a T pointer. */
+/* Element (b, h, i, 0) of a 4-D view, or (b, h, i) of a 3-D one, as a T pointer. Integer
+   address arithmetic: an empty view may have data NULL (NULL + 0 is UB; fuzz_ring). */
 static inline T *SFX(row)(const attn_view *v, int64_t b, int64_t h, int64_t i) {
-    return (T *)v->data + b * v->stride[0] + h * v->stride[1] + i * v->stride[2];
+    int64_t off = (b * v->stride[0] + h * v->stride[1] + i * v->stride[2]) * (int64_t)sizeof(T);
+    return (T *)((uintptr_t)v->data + (uintptr_t)off);
 }
 
 /* out (B, H, T, Dv) := 0: the result of a row that has seen no key yet. */
