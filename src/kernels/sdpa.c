@@ -1,8 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* attn_sdpa: scaled dot-product attention, materialized or tiled (online softmax), threaded. */
+/* no FP exception flags (attn never reads them): lets GCC if-convert the mask loops */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "vect-cost-model=dynamic")
+#endif
+
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn_config.h"
 #include "kernels/sdpa_internal.h"
@@ -19,6 +26,49 @@ static attn_status plan_mask(const attn_view *m, attn_dtype want, const int64_t 
     if (m->dtype != want)
         return ATTN_EDTYPE;
     return attn_view_broadcast(m, 4, shape, out);
+}
+
+/*
+ * The per-core L2 size in bytes, read once (sysconf; 1 MiB when the system does not
+ * say or says something implausible). A relaxed atomic: every thread that reads it
+ * first computes the same value, so the race is benign and TSan-clean.
+ */
+static size_t sdpa_l2_bytes(void) {
+    static atomic_size_t cached;
+    size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v)
+        return v;
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    v = l2 >= (64L << 10) && l2 <= (1L << 30) ? (size_t)l2 : (size_t)1 << 20;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+static int64_t pow2_floor(int64_t x) {
+    int64_t p = 1;
+    while (p <= x / 2)
+        p *= 2;
+    return p;
+}
+
+/*
+ * Default tiles (docs/design.md "sdpa tiling"): a quarter of L2 for the score tile and
+ * as much for one K and one V tile, so that S (or P, dP) and the K/V tile the BLAS packs
+ * stay in L2 between the two products. bk = keys whose K and V rows fit the budget,
+ * bq = rows of bk scores that fit it; powers of two, bk in [64, 512], bq in [16, 512].
+ */
+void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq, int64_t *bk) {
+    int64_t budget = (int64_t)(l2 / 4), per_key = (D + Dv) * (int64_t)es;
+    if (per_key < (int64_t)es)
+        per_key = (int64_t)es;
+    int64_t k = pow2_floor(budget / per_key > 0 ? budget / per_key : 1);
+    k = k < 64 ? 64 : k > 512 ? 512 : k;
+    int64_t q = pow2_floor(budget / (k * (int64_t)es) > 0 ? budget / (k * (int64_t)es) : 1);
+    *bq = q < 16 ? 16 : q > 512 ? 512 : q;
+    *bk = k;
 }
 
 attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const attn_view *v,
@@ -72,8 +122,10 @@ attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const a
         return ATTN_EUNSUPPORTED;
     /* AUTO: whole rows when the weights are wanted, else tiles (identical for Tk <= bk) */
     t.tiled = opts->algo == ATTN_ALGO_TILED || (opts->algo == ATTN_ALGO_AUTO && !want_weights);
-    t.bq = opts->block_q ? opts->block_q : t.tiled ? ATTN__SDPA_BQ : ATTN__SDPA_BQ_MAT;
-    t.bk = t.tiled ? (opts->block_k ? opts->block_k : ATTN__SDPA_BK) : t.Tk;
+    int64_t dbq, dbk;
+    attn__sdpa_tiles(sdpa_l2_bytes(), attn_dtype_size(t.dt), t.D, t.Dv, &dbq, &dbk);
+    t.bq = opts->block_q ? opts->block_q : t.tiled ? dbq : ATTN__SDPA_BQ_MAT;
+    t.bk = t.tiled ? (opts->block_k ? opts->block_k : dbk) : t.Tk;
     if (t.bq > t.Tq)
         t.bq = t.Tq;
     if (t.bk > t.Tk)
@@ -105,14 +157,17 @@ bool attn__sdpa_keep_any(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t
 }
 
 attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0, int64_t rows) {
-    attn_view t = {.data = attn__at4(v, b, h, r0, 0), .dtype = v->dtype, .ndim = 2,
-                   .shape = {rows, v->shape[3]}, .stride = {v->stride[2], v->stride[3]}};
+    attn_view t = {.data = attn__at4(v, b, h, r0, 0),
+                   .dtype = v->dtype,
+                   .ndim = 2,
+                   .shape = {rows, v->shape[3]},
+                   .stride = {v->stride[2], v->stride[3]}};
     return t;
 }
 
 attn_view attn__sdpa_buf(attn_dtype dt, void *data, int64_t rows, int64_t cols, int64_t ld) {
-    attn_view t = {.data = data, .dtype = dt, .ndim = 2, .shape = {rows, cols},
-                   .stride = {ld, 1}};
+    attn_view t = {
+        .data = data, .dtype = dt, .ndim = 2, .shape = {rows, cols}, .stride = {ld, 1}};
     return t;
 }
 
@@ -121,9 +176,9 @@ attn_view attn__sdpa_buf(attn_dtype dt, void *data, int64_t rows, int64_t cols, 
 /* Everything a forward task reads; per-thread scratch is carved at these offsets. */
 typedef struct fwd_ctx {
     const attn__sdpa_plan *p;
-    const attn_view       *q, *k, *v, *out, *weights, *lse;
-    size_t                 off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
-    attn__rows_f64         mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
+    const attn_view *q, *k, *v, *out, *weights, *lse;
+    size_t off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
+    attn__rows_f64 mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
 } fwd_ctx;
 
 /* clang-format off */
@@ -137,14 +192,30 @@ typedef struct fwd_ctx {
 #include "tmpl/dtype_off.h"
 /* clang-format on */
 
-void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                       int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                       void *s, int64_t lds, void *gw, size_t gws) {
+void attn__sdpa_scores_gemm(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                            int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                            int64_t cols, void *s, int64_t lds, void *gw, size_t gws) {
     /* S (rows, cols) = scale q[b, h, i0:] k[b, h / group, j0:]^T */
     attn_view qt = attn__sdpa_rows(q, b, h, i0, rows);
     attn_view kt = attn__sdpa_rows(k, b, h / p->group, j0, cols);
     attn_view st = attn__sdpa_buf(p->dt, s, rows, cols, lds);
     attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, p->scale, &qt, &kt, 0.0, &st, gw, gws);
+}
+
+void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
+                         int64_t lim, void *row) {
+    if (!p->has_bias && !p->has_keep)
+        return;
+    if (p->dt == ATTN_F32)
+        mask_row_f32(p, b, h, i, j0, lim, row);
+    else
+        mask_row_f64(p, b, h, i, j0, lim, row);
+}
+
+void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                       int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                       void *s, int64_t lds, void *gw, size_t gws) {
+    attn__sdpa_scores_gemm(p, q, k, b, h, i0, rows, j0, cols, s, lds, gw, gws);
     if (p->dt == ATTN_F32)
         mask_tile_f32(p, b, h, i0, rows, j0, cols, s, lds);
     else
@@ -229,8 +300,8 @@ attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q, const 
 /* One task of attn__sdpa_run's loop (attn__parallel_for): task t is (b, h, query block). */
 typedef struct fwd_loop {
     const fwd_ctx *c;
-    int64_t        nqb;
-    void          *work;
+    int64_t nqb;
+    void *work;
 } fwd_loop;
 
 static void fwd_one(void *arg, int64_t t, int tid) {
@@ -247,8 +318,15 @@ static void fwd_one(void *arg, int64_t t, int tid) {
 static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
                      const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
                      attn__rows_f64 mo, attn__rows_f64 lo, void *work, size_t work_size) {
-    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse,
-                 .mo = mo, .lo = lo};
+    fwd_ctx c = {.p = p,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .out = out,
+                 .weights = weights,
+                 .lse = lse,
+                 .mo = mo,
+                 .lo = lo};
     int64_t ntasks;
     int nt;
     size_t total;
@@ -311,8 +389,8 @@ attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
     attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
-    const attn_view *all[8] = {q, k, v, out, w, lse, opts ? opts->keep : NULL,
-                               opts ? opts->bias : NULL};
+    const attn_view *all[8] = {
+        q, k, v, out, w, lse, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
     if (!owned && attn__work_overlaps(work, need, all, 8))
         return ATTN_EALIAS;
     attn__sdpa_run(&p, q, k, v, out, w, lse, work, work_size);

@@ -1,31 +1,62 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of attn_sdpa (included by src/kernels/sdpa.c between tmpl/dtype_on.h and dtype_off.h). */
+/* Per-dtype body of attn_sdpa (included by src/kernels/sdpa.c between tmpl/dtype_on.h and
+ * dtype_off.h). */
+
+#if T_IS_F32
+#define SDPA_VEXP_TAIL attn__vexp_tail_f32
+#define SDPA_FINITE    attn__finite_f32
+#else
+#define SDPA_VEXP_TAIL attn__vexp_tail_f64
+#define SDPA_FINITE    attn__finite_f64
+#endif
 
 /*
- * Bias and masks on a score tile S (rows, cols) for queries i0.., keys j0..:
- * S += bias; S = -inf where keep == 0 or j >= key_limit(i).
+ * Bias and keep on the visible part of score row i (keys j0 .. j0 + lim, all
+ * below key_limit(i)): s += bias; s = -inf where keep == 0. One pass over the
+ * row while it is in L1; the tail past lim is the caller's (-inf for the
+ * trace, 0 written by SDPA_VEXP_TAIL in the forward and the backward).
  */
-static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i0,
-                           int64_t rows, int64_t j0, int64_t cols, T *s, int64_t lds) {
-    for (int64_t r = 0; r < rows; ++r) {
-        T *sr = s + r * lds;
-        int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
-        lim = lim < 0 ? 0 : lim > cols ? cols : lim;
-        if (p->has_bias) {
-            const T *br = (const T *)attn__at4(&p->bias, b, h, i0 + r, j0);
-            int64_t sj = p->bias.stride[3];
-            /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
+static void SFX(mask_row)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
+                          int64_t lim, T *sr) {
+    if (p->has_bias) {
+        const T *br = (const T *)attn__at4(&p->bias, b, h, i, j0);
+        int64_t sj = p->bias.stride[3];
+        /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
+        if (sj == 1)
+            for (int64_t c = 0; c < lim; ++c)
+                sr[c] = br[c] == (T)-INFINITY ? br[c] : sr[c] + br[c];
+        else
             for (int64_t c = 0; c < lim; ++c) {
                 T bv = br[c * sj];
                 sr[c] = bv == (T)-INFINITY ? bv : sr[c] + bv;
             }
-        }
-        if (p->has_keep) {
-            const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i0 + r, j0);
-            int64_t sj = p->keep.stride[3];
+    }
+    if (p->has_keep) {
+        const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, j0);
+        int64_t sj = p->keep.stride[3];
+        if (sj == 1)
+            for (int64_t c = 0; c < lim; ++c)
+                sr[c] = kr[c] ? sr[c] : (T)-INFINITY;
+        else
             for (int64_t c = 0; c < lim; ++c)
                 sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
-        }
+    }
+}
+
+/* The visible length of row i0 + r in the key tile j0 .. j0 + cols. */
+static inline int64_t SFX(row_lim)(const attn__sdpa_plan *p, int64_t b, int64_t i, int64_t j0,
+                                   int64_t cols) {
+    int64_t lim = attn__sdpa_key_limit(p, b, i) - j0;
+    return lim < 0 ? 0 : lim > cols ? cols : lim;
+}
+
+/* Bias and masks on a score tile S (rows, cols), masked keys -inf (the trace's rule). */
+static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i0,
+                           int64_t rows, int64_t j0, int64_t cols, T *s, int64_t lds) {
+    for (int64_t r = 0; r < rows; ++r) {
+        T *sr = s + r * lds;
+        int64_t lim = SFX(row_lim)(p, b, i0 + r, j0, cols);
+        SFX(mask_row)(p, b, h, i0 + r, j0, lim, sr);
         for (int64_t c = lim; c < cols; ++c)
             sr[c] = (T)-INFINITY;
     }
@@ -35,6 +66,14 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
 static bool SFX(tile_finite)(const attn_view *v) {
     int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
     const T *x = (const T *)v->data;
+    if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
+        if (s0 == n && r > 0)
+            return SDPA_FINITE(x, r * n);
+        for (int64_t i = 0; i < r; ++i)
+            if (!SDPA_FINITE(x + i * s0, n))
+                return false;
+        return true;
+    }
     T acc = 0;
     for (int64_t i = 0; i < r; ++i)
         for (int64_t j = 0; j < n; ++j)
@@ -70,23 +109,23 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
         int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
         if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
             continue; /* a fully masked tile costs nothing */
-        attn__sdpa_scores(p, c->q, c->k, b, h, i0, rows, j0, cols, s, lds, gw, c->gws);
+        /* S = scale q k^T; then per row, while it is in L1: bias and keep, max, exp, sum */
+        attn__sdpa_scores_gemm(p, c->q, c->k, b, h, i0, rows, j0, cols, s, lds, gw, c->gws);
         for (int64_t r = 0; r < rows; ++r) {
             T *sr = s + r * lds;
-            int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
-            lim = lim < 0 ? 0 : lim > cols ? cols : lim;
+            int64_t lim = SFX(row_lim)(p, b, i0 + r, j0, cols);
+            SFX(mask_row)(p, b, h, i0 + r, j0, lim, sr);
             T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
-            if (mn == (T)-INFINITY) { /* nothing visible yet: P row = 0 */
+            if (mn == (T)-INFINITY) {                /* nothing visible yet: P row = 0 */
                 for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
                     if (sr[c2] != sr[c2])
                         l[r] = sr[c2];
                 memset(sr, 0, (size_t)cols * sizeof(T));
                 continue;
             }
-            T sum = T_VEXP_SUM(sr, lim, mn); /* P = exp(S - m_new) */
-            memset(sr + lim, 0, (size_t)(cols - lim) * sizeof(T));
-            T corr = T_EXP(m[r] - mn); /* 0 when m_old = -inf */
+            T sum = SDPA_VEXP_TAIL(sr, lim, cols, mn); /* P = exp(S - m_new), 0 past lim */
+            T corr = T_EXP(m[r] - mn);                 /* 0 when m_old = -inf */
             l[r] = l[r] * corr + sum;
             m[r] = mn;
             if (any && corr != 1) {
@@ -140,3 +179,6 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
         }
     }
 }
+
+#undef SDPA_VEXP_TAIL
+#undef SDPA_FINITE
