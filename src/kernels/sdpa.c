@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "attn_config.h"
+#include "kernels/lse_merge.h"
 #include "kernels/sdpa_internal.h"
 
 #if ATTN_HAVE_OPENMP
@@ -173,13 +174,26 @@ attn_view attn__sdpa_buf(attn_dtype dt, void *data, int64_t rows, int64_t cols, 
 
 /* ---- per-dtype kernels --------------------------------------------------- */
 
-/* Everything a forward task reads; per-thread scratch is carved at these offsets. */
+/*
+ * Everything a forward task reads; per-thread scratch is carved at these offsets.
+ * Key split (small B*H): nsplit > 1 pieces per (b, h, query block), each over a
+ * chunk of `chunk` keys, its normalized partial out and row statistics stored at
+ * off_pieces + piece * piece_size (o, then m and l in double), merged afterwards.
+ */
 typedef struct fwd_ctx {
     const attn__sdpa_plan *p;
     const attn_view *q, *k, *v, *out, *weights, *lse;
     size_t off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
     attn__rows_f64 mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
+    int64_t nsplit, chunk;
+    size_t off_pieces, piece_size, piece_ml;
 } fwd_ctx;
+
+/* Where a key-split task writes: its normalized partial out (rows, Dv) and m, l per row. */
+typedef struct fwd_piece {
+    void *o;
+    double *m, *l;
+} fwd_piece;
 
 /* clang-format off */
 #define ATTN_TMPL_F32
@@ -248,6 +262,30 @@ attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
     return attn__check_aliasing(outs, nout, ins, nin);
 }
 
+/*
+ * Key split (small B*H, docs/design.md "sdpa tiling"): with fewer than 4 tasks per
+ * thread, each (b, h, query block) is cut into nsplit key chunks (at least 64 keys
+ * each, a multiple of 16) merged through their lse, so that every thread works.
+ */
+static void fwd_split(fwd_ctx *c, int64_t n) {
+    const attn__sdpa_plan *p = c->p;
+    c->nsplit = 1;
+    c->chunk = p->Tk;
+    if (!p->tiled || n == 0 || p->Tk < 128 || p->Dv == 0)
+        return;
+    int full = attn__threads(p->threads, INT64_MAX, attn__sdpa_flops(p));
+    if (full < 2 || n >= 4 * (int64_t)full)
+        return;
+    int64_t want = (4 * (int64_t)full + n - 1) / n, most = p->Tk / 64;
+    int64_t ns = want < most ? want : most;
+    if (ns < 2)
+        return;
+    int64_t chunk = (p->Tk + ns - 1) / ns;
+    chunk = (chunk + 15) / 16 * 16;
+    c->chunk = chunk;
+    c->nsplit = (p->Tk + chunk - 1) / chunk;
+}
+
 /* Scratch per thread: score tile, accumulator, row max and sum, attn_gemm packing. */
 static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t *total) {
     const attn__sdpa_plan *p = c->p;
@@ -278,13 +316,22 @@ static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t
     int64_t nqb = p->Tq > 0 ? (p->Tq + p->bq - 1) / p->bq : 0, n;
     if (!attn__mul_i64(p->B, p->H, &n) || !attn__mul_i64(n, nqb, &n))
         return ATTN_ERANGE;
-    *ntasks = n;
-    *nthreads = attn__threads(p->threads, n, attn__sdpa_flops(p));
+    fwd_split(c, n);
+    int64_t nall = n * c->nsplit; /* n < 4 * threads when split: no overflow */
+    *ntasks = nall;
+    *nthreads = attn__threads(p->threads, nall, attn__sdpa_flops(p));
     if (n == 0) {
         *total = 0;
         return ATTN_OK;
     }
-    if (!attn__mul_sz(c->per_thread, (size_t)*nthreads, total))
+    size_t threads_sz;
+    if (!attn__mul_sz(c->per_thread, (size_t)*nthreads, &threads_sz))
+        return ATTN_ERANGE;
+    c->off_pieces = attn__align64(threads_sz);
+    c->piece_ml = attn__align64((size_t)p->bq * sizeof(double));
+    c->piece_size = c->nsplit > 1 ? attn__align64(acc) + 2 * c->piece_ml : 0;
+    size_t pieces = c->piece_size * (size_t)nall; /* small: only when split */
+    if (!attn__add_sz(c->off_pieces, pieces, total))
         return ATTN_ERANGE;
     return ATTN_OK;
 }
@@ -306,27 +353,42 @@ typedef struct fwd_loop {
 
 static void fwd_one(void *arg, int64_t t, int tid) {
     const fwd_loop *l = arg;
-    const attn__sdpa_plan *p = l->c->p;
-    int64_t qb = l->nqb - 1 - t % l->nqb, bh = t / l->nqb;
-    char *wsp = (char *)l->work + (size_t)tid * l->c->per_thread;
+    const fwd_ctx *c = l->c;
+    const attn__sdpa_plan *p = c->p;
+    int64_t sp = t % c->nsplit, tb = t / c->nsplit;
+    int64_t qb = l->nqb - 1 - tb % l->nqb, bh = tb / l->nqb;
+    char *wsp = (char *)l->work + (size_t)tid * c->per_thread;
+    int64_t jlo = sp * c->chunk, jhi = jlo + c->chunk;
+    fwd_piece piece = {0}, *pc = NULL;
+    if (c->nsplit > 1) {
+        char *at = (char *)l->work + c->off_pieces + (size_t)t * c->piece_size;
+        size_t osz = c->piece_size - 2 * c->piece_ml;
+        piece.o = at;
+        piece.m = (double *)(at + osz);
+        piece.l = (double *)(at + osz + c->piece_ml);
+        pc = &piece;
+    }
     if (p->dt == ATTN_F32)
-        fwd_task_f32(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+        fwd_task_f32(c, bh / p->H, bh % p->H, qb * p->bq, jlo, jhi, pc, wsp);
     else
-        fwd_task_f64(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+        fwd_task_f64(c, bh / p->H, bh % p->H, qb * p->bq, jlo, jhi, pc, wsp);
+}
+
+/* The merge of a key-split (b, h, query block) (attn__parallel_for over B * H * nqb). */
+static void fwd_merge_one(void *arg, int64_t t, int tid) {
+    const fwd_loop *l = arg;
+    (void)tid;
+    if (l->c->p->dt == ATTN_F32)
+        fwd_merge_f32(l->c, l->nqb, t, l->work);
+    else
+        fwd_merge_f64(l->c, l->nqb, t, l->work);
 }
 
 static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
                      const attn_view *v, attn_view *out, attn_view *weights, attn_view *lse,
                      attn__rows_f64 mo, attn__rows_f64 lo, void *work, size_t work_size) {
-    fwd_ctx c = {.p = p,
-                 .q = q,
-                 .k = k,
-                 .v = v,
-                 .out = out,
-                 .weights = weights,
-                 .lse = lse,
-                 .mo = mo,
-                 .lo = lo};
+    fwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .out = out, .weights = weights, .lse = lse,
+                 .mo = mo, .lo = lo};
     int64_t ntasks;
     int nt;
     size_t total;
@@ -339,9 +401,13 @@ static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vi
     bool idle = p->Dv == 0 && !lse && !mo.base && (!weights || p->Tk == 0);
     if (ntasks == 0 || idle)
         return;
-    /* tasks (b, h, query block), the costliest (last, under causal) first */
+    /* tasks (b, h, query block[, key chunk]), the costliest (last, under causal) first */
     fwd_loop loop = {&c, (p->Tq + p->bq - 1) / p->bq, work};
     attn__parallel_for(nt, ntasks, fwd_one, &loop);
+    if (c.nsplit > 1) {
+        int64_t nb = ntasks / c.nsplit;
+        attn__parallel_for(nt < nb ? nt : (int)nb, nb, fwd_merge_one, &loop);
+    }
 }
 
 void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,

@@ -28,8 +28,7 @@ ATTN_HIDDEN void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, i
  * Element (i0, i1, i2, i3) of a 4-D view, and (i0, i1, i2) of a 3-D one. Integer
  * arithmetic: an empty view may have NULL data, and NULL + 0 is undefined (fuzz_sdpa).
  */
-static inline void *attn__at4(const attn_view *v, int64_t i0, int64_t i1, int64_t i2,
-                              int64_t i3) {
+static inline void *attn__at4(const attn_view *v, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     int64_t off = i0 * v->stride[0] + i1 * v->stride[1] + i2 * v->stride[2] + i3 * v->stride[3];
     return (void *)((uintptr_t)v->data + (uintptr_t)(off * (int64_t)attn_dtype_size(v->dtype)));
 }
@@ -41,17 +40,17 @@ static inline void *attn__at3(const attn_view *v, int64_t i0, int64_t i1, int64_
 /* Validated arguments of one attention call, shared by forward and backward. */
 typedef struct attn__sdpa_plan {
     attn_dtype dt;
-    int64_t B, H, Hkv, Tq, Tk, D, Dv;
-    int64_t group; /* H / Hkv: query heads per key/value head */
-    double scale;
+    int64_t    B, H, Hkv, Tq, Tk, D, Dv;
+    int64_t    group;        /* H / Hkv: query heads per key/value head */
+    double     scale;
     attn_causal causal;
-    int64_t causal_shift; /* causal: key j visible to query i iff j <= i + shift */
-    bool has_keep, has_bias;
-    attn_view keep, bias; /* broadcast to (B, H, Tq, Tk) */
+    int64_t    causal_shift; /* causal: key j visible to query i iff j <= i + shift */
+    bool       has_keep, has_bias;
+    attn_view  keep, bias;   /* broadcast to (B, H, Tq, Tk) */
     const int64_t *kv_len;
-    bool tiled;     /* the algorithm actually run */
-    int64_t bq, bk; /* query rows per task, keys per tile */
-    int threads;    /* opts->threads as requested */
+    bool       tiled;        /* the algorithm actually run */
+    int64_t    bq, bk;       /* query rows per task, keys per tile */
+    int        threads;      /* opts->threads as requested */
 } attn__sdpa_plan;
 
 /*
@@ -80,8 +79,8 @@ static inline double attn__sdpa_flops(const attn__sdpa_plan *p) {
 }
 
 /* True when keep allows at least one (i, j) of the tile rows x cols at (b, h, i0, j0). */
-ATTN_HIDDEN bool attn__sdpa_keep_any(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i0,
-                                     int64_t rows, int64_t j0, int64_t cols);
+ATTN_HIDDEN bool attn__sdpa_keep_any(const attn__sdpa_plan *p, int64_t b, int64_t h,
+                                     int64_t i0, int64_t rows, int64_t j0, int64_t cols);
 
 /*
  * The score tile S (rows, cols), row stride lds, for batch b, query head h,
@@ -114,8 +113,7 @@ ATTN_HIDDEN void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_
  * (aliasing is the caller's next check).
  */
 ATTN_HIDDEN attn_status attn__sdpa_check_outputs(const attn__sdpa_plan *p, const attn_view *out,
-                                                 const attn_view *weights,
-                                                 const attn_view *lse);
+                                                 const attn_view *weights, const attn_view *lse);
 
 /*
  * Outputs (NULL entries skipped) must not overlap themselves (ATTN_ESTRIDE),
@@ -131,13 +129,11 @@ ATTN_HIDDEN attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, 
  */
 ATTN_HIDDEN attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q,
                                         const attn_view *k, const attn_view *v, size_t *bytes);
-ATTN_HIDDEN void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q,
-                                const attn_view *k, const attn_view *v, attn_view *out,
-                                attn_view *weights, attn_view *lse, void *work,
-                                size_t work_size);
+ATTN_HIDDEN void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                                const attn_view *v, attn_view *out, attn_view *weights,
+                                attn_view *lse, void *work, size_t work_size);
 
-/* The scaled, masked scores S (B, H, Tq, Tk) alone (the layers' trace), by attn__sdpa_scores.
- */
+/* The scaled, masked scores S (B, H, Tq, Tk) alone (the layers' trace), by attn__sdpa_scores. */
 ATTN_HIDDEN attn_status attn__sdpa_scores_need(const attn__sdpa_plan *p, const attn_view *q,
                                                const attn_view *k, size_t *bytes);
 ATTN_HIDDEN void attn__sdpa_scores_run(const attn__sdpa_plan *p, const attn_view *q,
@@ -201,19 +197,21 @@ ATTN_HIDDEN void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q,
  * passes kappa = log(sum) to attn__sdpa_backward_run_kappa.
  */
 ATTN_HIDDEN void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q,
-                                     const attn_view *k, const attn_view *v,
-                                     const attn_view *lse, attn__rows_f64 sums, void *work,
-                                     size_t work_size);
+                                     const attn_view *k, const attn_view *v, const attn_view *lse,
+                                     attn__rows_f64 sums, void *work, size_t work_size);
 
 /*
  * attn__sdpa_backward_run with the lse corrections given (kappa[b, h, i], 0 = none)
  * instead of computed from this call's keys alone (ring attention: a row's keys lie
  * on every rank).
  */
-ATTN_HIDDEN void attn__sdpa_backward_run_kappa(
-    const attn__sdpa_plan *p, const attn_view *q, const attn_view *k, const attn_view *v,
-    const attn_view *out, const attn_view *lse, const attn_view *dout, attn_view *dq,
-    attn_view *dk, attn_view *dv, attn__rows_f64 kappa, void *work, size_t work_size);
+ATTN_HIDDEN void attn__sdpa_backward_run_kappa(const attn__sdpa_plan *p, const attn_view *q,
+                                               const attn_view *k, const attn_view *v,
+                                               const attn_view *out, const attn_view *lse,
+                                               const attn_view *dout, attn_view *dq,
+                                               attn_view *dk, attn_view *dv,
+                                               attn__rows_f64 kappa, void *work,
+                                               size_t work_size);
 
 /* A 2-D (rows, cols) view of v[b, h, r0:r0+rows, :] (a 4-D view). */
 ATTN_HIDDEN attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0,

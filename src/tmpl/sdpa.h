@@ -89,7 +89,8 @@ static bool SFX(tile_finite)(const attn_view *v) {
  * The MATERIALIZED algorithm is the same loop with one tile of whole rows
  * (bk = Tk), after which the tile holds the unnormalized weights.
  */
-static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, char *wsp) {
+static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
+                          int64_t jhi, const fwd_piece *piece, char *wsp) {
     const attn__sdpa_plan *p = c->p;
     int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
     int64_t lds = p->bk, Dv = p->Dv;
@@ -99,13 +100,15 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
     attn_view acc_v = attn__sdpa_buf(p->dt, acc, rows, Dv, Dv);
     /* key_limit grows with i: the last row sees the most keys */
     int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1);
+    if (khi > jhi) /* a key-split piece sees keys [jlo, jhi) */
+        khi = jhi;
     bool any = false; /* acc has been written */
     for (int64_t r = 0; r < rows; ++r) {
         m[r] = (T)-INFINITY;
         l[r] = 0;
     }
     int64_t hk = h / p->group;
-    for (int64_t j0 = 0; j0 < khi; j0 += p->bk) {
+    for (int64_t j0 = jlo; j0 < khi; j0 += p->bk) {
         int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
         if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
             continue; /* a fully masked tile costs nothing */
@@ -159,6 +162,14 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
         T inv = live ? 1 / l[r] : 0;
+        if (piece) { /* a key chunk: its normalized partial out and statistics, merged later */
+            T *po = (T *)piece->o + r * Dv;
+            for (int64_t d = 0; d < Dv; ++d)
+                po[d] = live ? acc[r * Dv + d] * inv : 0;
+            piece->m[r] = live ? (double)m[r] : -INFINITY;
+            piece->l[r] = live ? (double)l[r] : 0.0;
+            continue;
+        }
         T *orow = (T *)attn__at4(c->out, b, h, i0 + r, 0);
         int64_t so = c->out->stride[3];
         for (int64_t d = 0; d < Dv; ++d)
@@ -176,6 +187,41 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
             int64_t sw = c->weights->stride[3];
             for (int64_t j = 0; j < p->Tk; ++j)
                 wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;
+        }
+    }
+}
+
+/*
+ * The merge of key-split task tb = (b, h, query block): its nsplit pieces, in key
+ * order, through attn__softmax_merge_row (the ring's and split-KV decode's merge),
+ * then lse = m + log(l) (LSE_EMPTY, out 0 for a row that saw no key).
+ */
+static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work) {
+    const attn__sdpa_plan *p = c->p;
+    int64_t qb = nqb - 1 - tb % nqb, bh = tb / nqb, b = bh / p->H, h = bh % p->H;
+    int64_t i0 = qb * p->bq, rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq, Dv = p->Dv;
+    size_t osz = c->piece_size - 2 * c->piece_ml;
+    int64_t so = c->out->stride[3];
+    for (int64_t r = 0; r < rows; ++r) {
+        T *orow = (T *)attn__at4(c->out, b, h, i0 + r, 0);
+        double rm = -INFINITY, rl = 0;
+        for (int64_t sp = 0; sp < c->nsplit; ++sp) {
+            const char *at = (const char *)work + c->off_pieces +
+                             (size_t)(tb * c->nsplit + sp) * c->piece_size;
+            const double *pm = (const double *)(at + osz), *pl = (const double *)(at + osz + c->piece_ml);
+            SFX(attn__softmax_merge_row)(orow, so, &rm, &rl, (const T *)at + r * Dv, pm[r], pl[r],
+                                         Dv);
+        }
+        bool live = rl != 0; /* NaN (a NaN score) propagates */
+        if (!live)
+            for (int64_t d = 0; d < Dv; ++d)
+                orow[d * so] = 0;
+        if (c->lse)
+            *(T *)attn__at3(c->lse, b, h, i0 + r) =
+                live ? (T)(rm + log(rl)) : (T)ATTN__SDPA_LSE_EMPTY;
+        if (c->mo.base) {
+            c->mo.base[b * c->mo.s0 + h * c->mo.s1 + i0 + r] = live ? rm : -INFINITY;
+            c->lo.base[b * c->lo.s0 + h * c->lo.s1 + i0 + r] = live ? rl : 0.0;
         }
     }
 }
