@@ -89,8 +89,8 @@ static bool SFX(tile_finite)(const attn_view *v) {
  * The MATERIALIZED algorithm is the same loop with one tile of whole rows
  * (bk = Tk), after which the tile holds the unnormalized weights.
  */
-static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
-                          int64_t jhi, const fwd_piece *piece, char *wsp) {
+static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
+                              int64_t jhi, const fwd_piece *piece, char *wsp, bool checked) {
     const attn__sdpa_plan *p = c->p;
     int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
     int64_t lds = p->bk, Dv = p->Dv;
@@ -143,7 +143,7 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
         attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
         attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
-        if (SFX(tile_finite)(&vt))
+        if (!checked || SFX(tile_finite)(&vt))
             attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v,
                            gw, c->gws);
         else /* NaN or inf in v: skip the zero weights, 0 * NaN must not reach a row */
@@ -158,6 +158,13 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
                 }
         any = true;
     }
+    /*
+     * Unchecked (the first run): a NaN or inf in a v tile reaches acc whatever its
+     * weights (0 * inf is NaN), so a finite acc proves every v tile used was finite;
+     * otherwise the caller runs the task again checking each v tile (exact path).
+     */
+    if (!checked && any && !SDPA_FINITE(acc, rows * Dv))
+        return false;
     /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
@@ -189,6 +196,17 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
                 wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;
         }
     }
+    return true;
+}
+
+/*
+ * One task: unchecked first (no per-tile scan of v), again with the checks when
+ * its accumulator is not finite.
+ */
+static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
+                          int64_t jhi, const fwd_piece *piece, char *wsp) {
+    if (!SFX(fwd_task_run)(c, b, h, i0, jlo, jhi, piece, wsp, false))
+        SFX(fwd_task_run)(c, b, h, i0, jlo, jhi, piece, wsp, true);
 }
 
 /*
