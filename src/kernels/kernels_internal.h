@@ -79,6 +79,14 @@ ATTN_HIDDEN void attn__sdpa_ds_f32(const float *restrict p, float *restrict d, i
                                    float dl);
 ATTN_HIDDEN void attn__sdpa_ds_f64(const double *restrict p, double *restrict d, int64_t n,
                                    double dl);
+/* s[i] += b[i] (a -inf b[i] gives -inf, even for a NaN s[i]); s[i] = -inf where k[i] == 0. */
+ATTN_HIDDEN void attn__sdpa_bias_row_f32(float *restrict s, const float *restrict b, int64_t n);
+ATTN_HIDDEN void attn__sdpa_bias_row_f64(double *restrict s, const double *restrict b,
+                                         int64_t n);
+ATTN_HIDDEN void attn__sdpa_keep_row_f32(float *restrict s, const uint8_t *restrict k,
+                                         int64_t n);
+ATTN_HIDDEN void attn__sdpa_keep_row_f64(double *restrict s, const uint8_t *restrict k,
+                                         int64_t n);
 ATTN_HIDDEN bool attn__finite_f32(const float *x, int64_t n);
 ATTN_HIDDEN bool attn__finite_f64(const double *x, int64_t n);
 

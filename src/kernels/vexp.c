@@ -225,6 +225,33 @@ VEXP_CLONES void attn__sdpa_ds_f64(const double *restrict p, double *restrict d,
     }
 }
 
+/* Bias and keep on a contiguous score row (sdpa's mask_row): a -inf bias masks even NaN. */
+VEXP_CLONES void attn__sdpa_bias_row_f32(float *restrict s, const float *restrict b, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        float bv = b[i], v = s[i] + bv;
+        s[i] = bv == -INFINITY ? bv : v;
+    }
+}
+
+VEXP_CLONES void attn__sdpa_bias_row_f64(double *restrict s, const double *restrict b,
+                                         int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        double bv = b[i], v = s[i] + bv;
+        s[i] = bv == -INFINITY ? bv : v;
+    }
+}
+
+VEXP_CLONES void attn__sdpa_keep_row_f32(float *restrict s, const uint8_t *restrict k, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+        s[i] = k[i] ? s[i] : -INFINITY;
+}
+
+VEXP_CLONES void attn__sdpa_keep_row_f64(double *restrict s, const uint8_t *restrict k,
+                                         int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+        s[i] = k[i] ? s[i] : -INFINITY;
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif

@@ -5,9 +5,13 @@
 #if T_IS_F32
 #define SDPA_VEXP_TAIL attn__vexp_tail_f32
 #define SDPA_FINITE    attn__finite_f32
+#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f32
+#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f32
 #else
 #define SDPA_VEXP_TAIL attn__vexp_tail_f64
 #define SDPA_FINITE    attn__finite_f64
+#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f64
+#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f64
 #endif
 
 /*
@@ -23,8 +27,7 @@ static void SFX(mask_row)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_
         int64_t sj = p->bias.stride[3];
         /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
         if (sj == 1)
-            for (int64_t c = 0; c < lim; ++c)
-                sr[c] = br[c] == (T)-INFINITY ? br[c] : sr[c] + br[c];
+            SDPA_BIAS_ROW(sr, br, lim);
         else
             for (int64_t c = 0; c < lim; ++c) {
                 T bv = br[c * sj];
@@ -35,8 +38,7 @@ static void SFX(mask_row)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_
         const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, j0);
         int64_t sj = p->keep.stride[3];
         if (sj == 1)
-            for (int64_t c = 0; c < lim; ++c)
-                sr[c] = kr[c] ? sr[c] : (T)-INFINITY;
+            SDPA_KEEP_ROW(sr, kr, lim);
         else
             for (int64_t c = 0; c < lim; ++c)
                 sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
@@ -246,3 +248,5 @@ static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work
 
 #undef SDPA_VEXP_TAIL
 #undef SDPA_FINITE
+#undef SDPA_BIAS_ROW
+#undef SDPA_KEEP_ROW
