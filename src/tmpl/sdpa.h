@@ -68,6 +68,8 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
 static bool SFX(tile_finite)(const attn_view *v) {
     int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
     const T *x = (const T *)v->data;
+    if (r == 0 || n == 0) /* empty (data may be NULL: no pointer arithmetic on it) */
+        return true;
     if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
         if (s0 == n && r > 0)
             return SDPA_FINITE(x, r * n);

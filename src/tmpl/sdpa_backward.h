@@ -124,6 +124,8 @@ static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i
 static bool SFX(all_finite)(const attn_view *v) {
     int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
     const T *x = (const T *)v->data;
+    if (r == 0 || n == 0) /* empty (data may be NULL: no pointer arithmetic on it) */
+        return true;
     if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
         if (s0 == n && r > 0)
             return SDPA_FINITE(x, r * n);
