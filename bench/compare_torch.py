@@ -204,27 +204,30 @@ def encoder_main(a, root):
     rows = []
     modes = {"no": [0], "yes": [1], "both": [0, 1]}[a.causal_mode]
     for causal in modes:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "enc.csv")
-            cmd = [bench, "--d", str(a.d), "--heads", str(a.heads), "--ff", str(a.ff),
-                   "--batch", str(a.batch), "--threads", str(a.threads), "--reps", str(a.reps),
-                   "--warmup", str(a.warmup), "--n", a.n, "--csv", out]
-            cmd += ["--causal"] if causal else []
-            cmd += [] if a.train else ["--no-train"]
-            print("running:", " ".join(cmd), file=sys.stderr)
-            subprocess.run(cmd, check=True)
-            with open(out) as fh:
-                ours = {int(r["n"]): r for r in csv.DictReader(fh)}
+        # one T at a time, attn then torch, so that a machine whose load drifts
+        # during the run loads both sides of a row alike
         for n in [int(s) for s in a.n.split(",")]:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "enc.csv")
+                cmd = [bench, "--d", str(a.d), "--heads", str(a.heads), "--ff", str(a.ff),
+                       "--batch", str(a.batch), "--threads", str(a.threads),
+                       "--reps", str(a.reps), "--warmup", str(a.warmup), "--n", str(n),
+                       "--csv", out]
+                cmd += ["--causal"] if causal else []
+                cmd += [] if a.train else ["--no-train"]
+                print("running:", " ".join(cmd), file=sys.stderr)
+                subprocess.run(cmd, check=True)
+                with open(out) as fh:
+                    o = {int(r["n"]): r for r in csv.DictReader(fh)}[n]
             t = torch_encoder_times(a, n, causal)
-            o = ours[n]
             r = {"n": n, "causal": causal, "gemm": float(o["gemm_gflops"]),
                  "attn_fwd": float(o["fwd_ms"]), "torch_fwd": 1e3 * t["fwd"],
                  "attn_mha": float(o["mha_ms"]), "torch_mha": 1e3 * t["mha"],
                  "fwd_rate": float(o["fwd_gflops"]), "mha_rate": float(o["mha_gflops"]),
                  "attn_train": float(o["train_ms"]) if a.train else 0.0,
                  "torch_train": 1e3 * t["train"] if a.train else 0.0,
-                 "attn_bwd": float(o["bwd_ms"]) if a.train else 0.0}
+                 "attn_bwd": float(o["bwd_ms"]) if a.train else 0.0,
+                 "load": float(loadavg().split()[0])}
             rows.append(r)
             print(f"  T {n} {'causal' if causal else 'non-causal'} done", file=sys.stderr)
     load1 = loadavg()
@@ -233,10 +236,10 @@ def encoder_main(a, root):
           f"OpenBLAS {par}, kernel {core} ({', '.join(sorted({os.path.dirname(p) for p in paths}))}); "
           f"median of {a.reps} after {a.warmup} warm-up; loadavg {load0} before, {load1} after")
     print("torch/attn > 1: attn faster. block/mha %: GFLOP/s of the call against the in-run "
-          "2048^3 sgemm")
+          "2048^3 sgemm; load: 1-minute loadavg as the row finished (this run's own 2 threads included)")
     hdr = (f"{'T':>5} {'mask':>6} | {'fwd attn':>9} {'torch':>9} {'t/a':>5} | "
            f"{'train attn':>10} {'torch':>9} {'t/a':>5} | {'bwd/fwd':>7} | {'mha attn':>9} "
-           f"{'torch':>9} {'t/a':>5} | {'block%':>6} {'mha%':>5}")
+           f"{'torch':>9} {'t/a':>5} | {'block%':>6} {'mha%':>5} | {'load':>5}")
     print(hdr)
     for r in rows:
         tr = (f"{r['attn_train']:>10.2f} {r['torch_train']:>9.2f} "
@@ -246,7 +249,7 @@ def encoder_main(a, root):
               f"{r['torch_fwd']:>9.2f} {r['torch_fwd'] / r['attn_fwd']:>5.2f} | {tr} | "
               f"{bf:>7.2f} | {r['attn_mha']:>9.2f} {r['torch_mha']:>9.2f} "
               f"{r['torch_mha'] / r['attn_mha']:>5.2f} | {100 * r['fwd_rate'] / r['gemm']:>5.0f}% "
-              f"{100 * r['mha_rate'] / r['gemm']:>4.0f}%")
+              f"{100 * r['mha_rate'] / r['gemm']:>4.0f}% | {r['load']:>5.2f}")
     if a.csv:
         with open(a.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))

@@ -18,7 +18,51 @@ static const mha_case mha_cases[] = {
     {2, 3, 6, 8, 5, 2, 1, 3, true, true, 2, false, true},       /* cross, MQA, D != C/H */
     {2, 6, 6, 6, 6, 3, 3, 0, true, false, 0, true, true},       /* keep mask + padding */
     {1, 4, 9, 8, 8, 2, 2, 0, false, true, 2, true, false},      /* bottom-right + keep */
+    {2, 160, 160, 64, 64, 2, 0, 0, true, false, 1, false, false}, /* bias fills > 16384 */
 };
+
+/*
+ * The slab keeps wq, wk, wv as (out, in) matrices, adjacent when each is a
+ * multiple of 64 bytes; the cache binds q, k, v as column blocks of one tensor
+ * (k, v for cross-attention). The traced forward, which then projects with one
+ * GEMM, against the reference: the output and each projection.
+ */
+static void mha_traced(const mha_case *mc, const attn_mha_config *rc, const attn_mha_params *p,
+                       const attn_view *xq, const attn_view *xkv, const attn_sdpa_opts *o,
+                       const attn_view *want, const double *dq, const double *dkv,
+                       double *const *w) {
+    attn_dtype dt = rc->dtype;
+    size_t es = attn_dtype_size(dt);
+    int64_t HD = rc->heads * rc->d_head, KD = rc->kv_heads * rc->d_head;
+    bool qa = (size_t)(mc->C * HD) * es % 64 == 0, ka = (size_t)(rc->d_kv * KD) * es % 64 == 0;
+    ck_assert(p->wq.stride[0] == 1 && p->wq.stride[1] == mc->C);
+    ck_assert((char *)p->wk.data == (char *)p->wq.data + (size_t)(mc->C * HD) * es ||
+              (!qa && !((uintptr_t)p->wk.data & 63u)));
+    ck_assert((char *)p->wv.data == (char *)p->wk.data + (size_t)(rc->d_kv * KD) * es || !ka);
+    size_t cs = attn_mha_cache_size(rc, mc->B, mc->Tq, mc->Tk);
+    void *cslab = slab_new(cs);
+    attn_view cv[5];
+    attn_trace tr;
+    ck_assert_int_eq(attn_mha_cache_bind(rc, mc->B, mc->Tq, mc->Tk, cslab, cs, cv, &tr),
+                     ATTN_OK);
+    ck_assert((char *)cv[2].data == (char *)cv[1].data + (size_t)KD * es); /* k, v adjacent */
+    lt out = lt_new(dt, 3, want->shape);
+    attn_status st = attn_mha_forward(rc, p, xq, xkv, o, &out.v, &tr, NULL, 0);
+    ck_assert_msg(st == ATTN_OK, "traced mha forward: %s", attn_strerror(st));
+    double rt = dt == ATTN_F64 ? 1e-12 : 1e-5, at = dt == ATTN_F64 ? 1e-13 : 1e-5;
+    tu_check_close(&out.v, want, rt, at, "traced mha vs ref");
+    int64_t nq = mc->B * mc->Tq, nk = mc->B * mc->Tk;
+    double *r = malloc(sizeof(double) * (size_t)((nq > nk ? nq : nk) * (HD > KD ? HD : KD)));
+    const double *xs[3] = {dq, dkv, dkv};
+    int64_t rows[3] = {nq, nk, nk}, ins[3] = {mc->C, rc->d_kv, rc->d_kv};
+    int64_t outs[3] = {HD, KD, KD};
+    for (int i = 0; i < 3; ++i) {
+        ref_l_linear(rows[i], ins[i], outs[i], xs[i], w[i], w[4 + i], r);
+        attn_view rv = lt_wrap(r, 3, cv[i].shape);
+        tu_check_close(&cv[i], &rv, rt, at, "traced q/k/v vs ref");
+    }
+    free(r); free(cslab); lt_free(&out);
+}
 
 static void run_mha_case(const mha_case *mc, attn_dtype dt) {
     uint64_t seed = 77 + (uint64_t)mc->C * 13 + (uint64_t)mc->H;
@@ -63,6 +107,7 @@ static void run_mha_case(const mha_case *mc, attn_dtype dt) {
     attn_view wv = lt_wrap(want, 3, out.v.shape);
     tu_check_close(&out.v, &wv, dt == ATTN_F64 ? 1e-12 : 1e-5, dt == ATTN_F64 ? 1e-13 : 1e-5,
                    "mha vs ref");
+    mha_traced(mc, &rc, &p, &xq.v, mc->cross ? &xkv.v : NULL, &o, &wv, dq, dkv, w);
     free(want); free(dq);
     if (mc->cross) free(dkv);
     for (int i = 0; i < 8; ++i) free(w[i]);
@@ -338,34 +383,41 @@ END_TEST
 /* ---- FFN against the reference -------------------------------------------- */
 
 START_TEST(ff_vs_reference) {
-    for (int d = 0; d < 2; ++d)
-        for (int act = 0; act < 3; ++act) {
-            attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
-            attn_ffn_config c = {.dtype = dt, .d_model = 6, .d_ff = 10, .act = (attn_act)act,
-                                 .bias = act != 1};
-            size_t ps = attn_ffn_params_size(&c);
-            void *slab = slab_new(ps);
-            attn_ffn_params p;
-            ck_assert_int_eq(attn_ffn_params_bind(&p, &c, slab, ps), ATTN_OK);
-            uint64_t seed = 3 + (uint64_t)act;
-            fill_views(&p.w1, 4, &seed, 0.6);
-            lt x = lt_rand(dt, 3, (int64_t[]){2, 5, 6}, &seed, 1.0);
-            lt out = lt_new(dt, 3, (int64_t[]){2, 5, 6});
-            lt hp = lt_new(dt, 3, (int64_t[]){2, 5, 10});
-            attn_trace tr = {.mlp_hidden_pre = &hp.v};
-            ck_assert_int_eq(attn_ffn_forward(&c, &p, &x.v, &out.v, &tr, NULL, 0), ATTN_OK);
-            double *dx = lt_doubles(&x.v), *w1 = lt_doubles(&p.w1), *w2 = lt_doubles(&p.w2);
-            double *b1 = c.bias ? lt_doubles(&p.b1) : NULL, *b2 = c.bias ? lt_doubles(&p.b2) : NULL;
-            double want[60], pre[100];
-            ref_l_ffn(10, 6, 10, act, dx, w1, b1, w2, b2, want);
-            ref_l_linear(10, 6, 10, dx, w1, b1, pre);
-            attn_view wv = lt_wrap(want, 3, out.v.shape), pv = lt_wrap(pre, 3, hp.v.shape);
-            double tol = d ? 1e-12 : 1e-5;
-            tu_check_close(&out.v, &wv, tol, tol, "ffn vs ref");
-            tu_check_close(&hp.v, &pv, tol, tol, "ffn hidden_pre vs ref");
-            free(dx); free(w1); free(w2); free(b1); free(b2); free(slab);
-            lt_free(&x); lt_free(&out); lt_free(&hp);
-        }
+    /* sizes: small, and one whose bias fill (B T F > 16384) takes the threaded row path */
+    static const int64_t sz[2][3] = {{5, 6, 10}, {40, 16, 300}}; /* T, C, F; B = 2 */
+    for (int z = 0; z < 2; ++z)
+        for (int d = 0; d < 2; ++d)
+            for (int act = 0; act < 3; ++act) {
+                int64_t T = sz[z][0], C = sz[z][1], F = sz[z][2], n = 2 * T;
+                attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+                attn_ffn_config c = {.dtype = dt, .d_model = C, .d_ff = F,
+                                     .act = (attn_act)act, .bias = act != 1 || z};
+                size_t ps = attn_ffn_params_size(&c);
+                void *slab = slab_new(ps);
+                attn_ffn_params p;
+                ck_assert_int_eq(attn_ffn_params_bind(&p, &c, slab, ps), ATTN_OK);
+                uint64_t seed = 3 + (uint64_t)act;
+                fill_views(&p.w1, 4, &seed, z ? 0.2 : 0.6);
+                lt x = lt_rand(dt, 3, (int64_t[]){2, T, C}, &seed, 1.0);
+                lt out = lt_new(dt, 3, (int64_t[]){2, T, C});
+                lt hp = lt_new(dt, 3, (int64_t[]){2, T, F});
+                attn_trace tr = {.mlp_hidden_pre = &hp.v};
+                ck_assert_int_eq(attn_ffn_forward(&c, &p, &x.v, &out.v, &tr, NULL, 0), ATTN_OK);
+                double *dx = lt_doubles(&x.v), *w1 = lt_doubles(&p.w1), *w2 = lt_doubles(&p.w2);
+                double *b1 = c.bias ? lt_doubles(&p.b1) : NULL;
+                double *b2 = c.bias ? lt_doubles(&p.b2) : NULL;
+                double *want = malloc(sizeof(double) * (size_t)(n * C));
+                double *pre = malloc(sizeof(double) * (size_t)(n * F));
+                ref_l_ffn(n, C, F, act, dx, w1, b1, w2, b2, want);
+                ref_l_linear(n, C, F, dx, w1, b1, pre);
+                attn_view wv = lt_wrap(want, 3, out.v.shape), pv = lt_wrap(pre, 3, hp.v.shape);
+                double tol = d ? 1e-12 : 1e-5;
+                tu_check_close(&out.v, &wv, tol, tol, "ffn vs ref");
+                tu_check_close(&hp.v, &pv, tol, tol, "ffn hidden_pre vs ref");
+                free(dx); free(w1); free(w2); free(b1); free(b2); free(slab);
+                free(want); free(pre);
+                lt_free(&x); lt_free(&out); lt_free(&hp);
+            }
 }
 END_TEST
 

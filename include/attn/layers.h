@@ -28,6 +28,11 @@ extern "C" {
  * Parameters are structs of views carved from one caller slab by
  * *_params_bind (bytes from *_params_size); every tensor starts on a 64-byte
  * boundary. The same functions bind a gradient struct of the same shape.
+ * MHA's wq, wk, wv are stored as PyTorch stores in_proj_weight: each (out,
+ * in) row-major, so the (in, out) view has strides (1, in); the other
+ * matrices are (in, out) row-major. Read and write them through the views
+ * (attn_view_copy, attn_init_*), not as flat arrays. When each of wq, wk, wv
+ * is a multiple of 64 bytes they are adjacent and Q, K, V take one GEMM.
  *
  * Backward functions ACCUMULATE into every gradient they are given (dx,
  * parameter gradients): zero them before a step. What the backward needs
@@ -143,7 +148,9 @@ ATTN_API size_t attn_mha_cache_size(const attn_mha_config *cfg, int64_t B, int64
                                     int64_t Tk);
 /**
  * Bind q, k, v, concat, lse views (stored in *views, at least 5 entries) and
- * point trace's fields at them, from one slab. Since 0.1.
+ * point trace's fields at them, from one slab. With Tq == Tk, q, k and v are
+ * the column blocks of one (B, Tq, H*D + 2 Hkv*D) tensor (else k and v of one
+ * (B, Tk, 2 Hkv*D)), so the traced forward projects them in one GEMM. Since 0.1.
  */
 ATTN_API attn_status attn_mha_cache_bind(const attn_mha_config *cfg, int64_t B, int64_t Tq,
                                          int64_t Tk, void *slab, size_t slab_size,
@@ -275,7 +282,8 @@ ATTN_API size_t attn_encoder_cache_size(const attn_encoder_config *cfg, int64_t 
  * Bind every view the encoder backward needs (ln1, q, k, v, concat, lse,
  * residual1, ln2, mlp_hidden_pre, mlp_hidden, ln1/ln2 mean and rstd,
  * residual2) from one slab into views (at least 15 entries) and point
- * trace at them. Since 0.1.
+ * trace at them; q, k, v are the column blocks of one (B, T, H*D + 2 Hkv*D)
+ * tensor, so the training forward projects them in one GEMM. Since 0.1.
  */
 ATTN_API attn_status attn_encoder_cache_bind(const attn_encoder_config *cfg, int64_t B,
                                              int64_t T, void *slab, size_t slab_size,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Elementwise kernels: GELU (tanh, erf), ReLU, broadcast adds, and their backward. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
@@ -186,7 +187,6 @@ attn_status attn_relu(const attn_view *x, attn_view *y) {
     return activation(ATTN_ACT_RELU, x, y);
 }
 
-
 static attn_status add_check(const attn_view *x, const attn_view *b, const attn_view *y) {
     ATTN_TRY(k_check_float(x, 0));
     ATTN_TRY(k_check_float(b, x->dtype));
@@ -271,4 +271,75 @@ void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db) {
         else
             sum_into_f64(&p, dy, &dbb);
     }
+}
+
+/* y = src (src any view of y's shape, a stride-0 broadcast bias included): rows in parallel. */
+typedef struct k_copy {
+    const k_iter *it;
+    const char *s;
+    char *y;
+    size_t es;
+    int64_t nchunk;
+} k_copy;
+
+static void copy_tasks(void *ctx, int64_t t0, int64_t t1) {
+    const k_copy *c = ctx;
+    const k_iter *it = c->it;
+    int64_t s0 = it->rstride[0], s1 = it->rstride[1], off[2];
+    for (int64_t t = t0; t < t1; ++t) {
+        int64_t r = t / c->nchunk, c0 = (t % c->nchunk) * K_CHUNK;
+        int64_t len = it->n - c0 < K_CHUNK ? it->n - c0 : K_CHUNK;
+        k_iter_row(it, r, off);
+        const char *sr = c->s + (off[0] + c0 * s0) * (int64_t)c->es;
+        char *yr = c->y + (off[1] + c0 * s1) * (int64_t)c->es;
+        if (s0 == 1 && s1 == 1)
+            memcpy(yr, sr, (size_t)len * c->es);
+        else if (c->es == 4)
+            for (int64_t i = 0; i < len; ++i)
+                ((float *)yr)[i * s1] = ((const float *)sr)[i * s0];
+        else
+            for (int64_t i = 0; i < len; ++i)
+                ((double *)yr)[i * s1] = ((const double *)sr)[i * s0];
+    }
+}
+
+void attn__copy_run(const attn_view *src, attn_view *y) {
+    ATTN_ASSERT(src->dtype == y->dtype && k_same_shape(src, y) &&
+                (src->dtype == ATTN_F32 || src->dtype == ATTN_F64));
+    int64_t n = 1;
+    for (int k = 0; k < y->ndim; ++k)
+        n *= y->shape[k];
+    if (n == 0)
+        return;
+    k_iter it;
+    k_iter_init(&it, 2, (const attn_view *[]){src, y}, true);
+    k_copy c = {&it, src->data, y->data, attn_dtype_size(y->dtype),
+                (it.n + K_CHUNK - 1) / K_CHUNK};
+    attn__k_parallel(it.nrows * c.nchunk, (double)it.nrows * (double)it.n * K_MEM_FLOPS,
+                     copy_tasks, &c);
+}
+
+void attn__fill_bias_run(const attn_view *b, attn_view *y) {
+    int nd = y->ndim, last = nd - 1;
+    int64_t rows = 1, n = y->shape[last];
+    size_t es = attn_dtype_size(y->dtype);
+    for (int k = 0; k < last; ++k)
+        rows *= y->shape[k];
+    /* small, unit-stride rows: one memcpy per row, no iterator, no thread pool */
+    if (b->stride[0] == 1 && y->stride[last] == 1 && rows * n <= 16384) {
+        for (int64_t r = 0; r < rows; ++r) {
+            int64_t off = 0, q = r;
+            for (int k = last - 1; k >= 0; --k) {
+                off += (q % y->shape[k]) * y->stride[k];
+                q /= y->shape[k];
+            }
+            memcpy((char *)y->data + off * (int64_t)es, b->data, (size_t)n * es);
+        }
+        return;
+    }
+    attn_view bb;
+    attn_status st = broadcast_to(b, y, &bb);
+    ATTN_ASSERT(st == ATTN_OK);
+    (void)st;
+    attn__copy_run(&bb, y);
 }

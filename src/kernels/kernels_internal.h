@@ -18,6 +18,13 @@
 ATTN_HIDDEN void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y);
 /* dx += dy (dx may be NULL); db += dy summed over its broadcast axes (NULL: skipped). */
 ATTN_HIDDEN void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db);
+/*
+ * y = src elementwise (same shape and dtype, F32/F64, any strides; src may be a
+ * broadcast view, y must not overlap it): the layers' copies, threaded over rows.
+ */
+ATTN_HIDDEN void attn__copy_run(const attn_view *src, attn_view *y);
+/* y = b broadcast over y's rows (b (n), y (..., n)): a GEMM's C before beta = 1. */
+ATTN_HIDDEN void attn__fill_bias_run(const attn_view *b, attn_view *y);
 /* y = act(x) elementwise (y may be exactly x). */
 ATTN_HIDDEN void attn__activation_run(attn_act act, const attn_view *x, attn_view *y);
 /*

@@ -157,7 +157,8 @@ static attn_view act_view(attn__plan *pl, const attn_view *traced, const attn_vi
     return traced ? *traced : attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
 }
 
-/* r = res + MHA(d's input): folded into the output projection unless the trace keeps MHA's output. */
+/* r = res + MHA(d's input): folded into the output projection unless the trace keeps MHA's
+ * output. */
 static attn_status mha_residual(const attn_encoder_config *c, const attn_encoder_params *p,
                                 const attn__mha_dims *d, const attn_sdpa_opts *opts,
                                 const attn_view *res, attn_view *r, const attn_trace *tr,
@@ -211,11 +212,11 @@ static attn_status forward_body(const void *args, attn__plan *pl) {
         if (run) {
             attn__layernorm_run(c->eps, &r2, g2, b2, out, tr->ln2_mean, tr->ln2_rstd);
             if (tr->ln2)
-                attn__view_copy_run(out, tr->ln2);
+                attn__copy_run(out, tr->ln2);
         }
     }
     if (run && tr->output)
-        attn__view_copy_run(out, tr->output);
+        attn__copy_run(out, tr->output);
     return ATTN_OK;
 }
 
@@ -260,7 +261,8 @@ attn_status attn_encoder_forward(const attn_encoder_config *cfg, const attn_enco
     a.out = out;
     const attn_view *ins[ATTN__MAX_ALIAS] = {x, a.opts->keep, a.opts->bias};
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
-    int nout = attn__trace_views(trace, outs, 1), nin = enc_views(&c, p, ins, 3);
+    attn_view cat;
+    int nout = attn__trace_out_views(trace, outs, 1, &cat), nin = enc_views(&c, p, ins, 3);
     return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
 }
 
@@ -284,13 +286,14 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
     attn_mha_params *gm = g ? &g->mha : NULL;
     attn_ffn_params *gf = g ? &g->ffn : NULL;
     attn_view dr1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
-    attn_view dln = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
+    attn_view dln = attn__plan_scratch(pl, x->dtype, 3, x->shape, false); /* written first */
     attn__mha_dims d;
     if (c->norm == ATTN_PRE_NORM) {
         /* out = r1 + FFN(LN2(r1)): dr1 = dout + LN2'(FFN'(dout)); dr1 := dout, one pass */
         if (run)
-            attn__view_copy_run(dout, &dr1);
-        ATTN_TRY(attn__ffn_backward_body(&c->ffn, &p->ffn, k->ln2, k, dout, &dln, gf, pl));
+            attn__copy_run(dout, &dr1);
+        ATTN_TRY(
+            attn__ffn_backward_body_dx(&c->ffn, &p->ffn, k->ln2, k, dout, &dln, true, gf, pl));
         if (run) {
             attn__layernorm_backward_run(k->residual1, g2, k->ln2_mean, k->ln2_rstd, &dln, &dr1,
                                          dg2, db2);
@@ -298,10 +301,10 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
             if (dx)
                 attn__add_backward_run(&dr1, dx, NULL);
         }
-        attn_view dln1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, true);
+        attn_view dln1 = attn__plan_scratch(pl, x->dtype, 3, x->shape, false);
         d = attn__mha_dims_self(&c->mha, k->ln1);
-        ATTN_TRY(attn__mha_backward_body(&c->mha, &p->mha, &d, a->opts, k, &dr1, &dln1, NULL, gm,
-                                         pl));
+        ATTN_TRY(attn__mha_backward_body_dx(&c->mha, &p->mha, &d, a->opts, k, &dr1, &dln1, NULL,
+                                            true, gm, pl));
         if (run)
             attn__layernorm_backward_run(x, g1, k->ln1_mean, k->ln1_rstd, &dln1, dx, dg1, db1);
     } else {
@@ -312,7 +315,7 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
         if (run) {
             attn__layernorm_backward_run(k->residual2, g2, k->ln2_mean, k->ln2_rstd, dout, &dr2,
                                          dg2, db2);
-            attn__add_backward_run(&dr2, &dln, NULL);
+            attn__copy_run(&dr2, &dln); /* dln := dr2, then the FFN's dx adds to it */
         }
         ATTN_TRY(attn__ffn_backward_body(&c->ffn, &p->ffn, k->ln1, k, &dr2, &dln, gf, pl));
         if (run) {
@@ -330,39 +333,50 @@ static attn_status backward_body(const void *args, attn__plan *pl) {
 
 /* The cache a backward reads: ln1, q, k, v, concat, lse, residual1, ln2 (pre) or
    residual2 (post), mlp_hidden_pre, mlp_hidden, the LN statistics. q, k and v are
-   three tensors: as column blocks of one, the span-based aliasing check of the
-   trace's outputs would see them overlap, so the training forward projects them
-   with three GEMMs (inference, which keeps no trace, with one). */
+   the column blocks of one (B, T, HD + 2 KD) tensor, so the training forward
+   projects them with one GEMM as inference does (the forward's aliasing check
+   sees them as that one tensor: attn__trace_out_views). The slab holds 13
+   tensors: views[1..3] are carved from its second. */
+#define ENC_CACHE_T 13
 static void cache_shapes(const attn_encoder_config *c, int64_t B, int64_t T,
-                         int64_t shp[15][3], int *nd) {
+                         int64_t shp[ENC_CACHE_T][3], int *nd) {
     int64_t C = c->mha.d_model, HD = c->mha.heads * c->mha.d_head;
     int64_t KD = c->mha.kv_heads * c->mha.d_head, F = c->ffn.d_ff;
-    int64_t s[15][3] = {{B, T, C},  {B, T, HD}, {B, T, KD}, {B, T, KD},
-                        {B, T, HD}, {B, c->mha.heads, T},   {B, T, C},
-                        {B, T, C},  {B, T, F},  {B, T, F},  {B, T},
-                        {B, T},     {B, T},     {B, T},     {B, T, C}};
+    int64_t s[ENC_CACHE_T][3] = {{B, T, C}, {B, T, HD + 2 * KD}, {B, T, HD},
+                                 {B, c->mha.heads, T},         {B, T, C},
+                                 {B, T, C}, {B, T, F},          {B, T, F},
+                                 {B, T},    {B, T},             {B, T},
+                                 {B, T},    {B, T, C}};
     memcpy(shp, s, sizeof s);
-    for (int i = 0; i < 15; ++i)
-        nd[i] = (i >= 10 && i <= 13) ? 2 : 3;
+    for (int i = 0; i < ENC_CACHE_T; ++i)
+        nd[i] = (i >= 8 && i <= 11) ? 2 : 3;
 }
 
-static attn_trace cache_trace(attn_view *v) {
-    attn_trace t = {.ln1 = &v[0], .q = &v[1], .k = &v[2], .v = &v[3], .concat = &v[4],
+/* The 13 slab tensors t[] as the 15 cache views v[], and the trace over them. */
+static attn_trace cache_trace(const attn_encoder_config *c, const attn_view *t, attn_view *v) {
+    int64_t HD = c->mha.heads * c->mha.d_head, KD = c->mha.kv_heads * c->mha.d_head;
+    v[0] = t[0];
+    v[1] = attn__cols(&t[1], 0, HD);
+    v[2] = attn__cols(&t[1], HD, KD);
+    v[3] = attn__cols(&t[1], HD + KD, KD);
+    for (int i = 2; i < ENC_CACHE_T; ++i)
+        v[i + 2] = t[i];
+    attn_trace r = {.ln1 = &v[0], .q = &v[1], .k = &v[2], .v = &v[3], .concat = &v[4],
                     .lse = &v[5], .residual1 = &v[6], .ln2 = &v[7], .mlp_hidden_pre = &v[8],
                     .mlp_hidden = &v[9], .ln1_mean = &v[10], .ln1_rstd = &v[11],
                     .ln2_mean = &v[12], .ln2_rstd = &v[13], .residual2 = &v[14]};
-    return t;
+    return r;
 }
 
 size_t attn_encoder_cache_size(const attn_encoder_config *cfg, int64_t B, int64_t T) {
     attn_encoder_config c;
-    int64_t shp[15][3];
-    int nd[15];
+    int64_t shp[ENC_CACHE_T][3];
+    int nd[ENC_CACHE_T];
     size_t need;
     if (attn_encoder_config_resolve(cfg, &c) != ATTN_OK || B < 0 || T < 0)
         return 0;
     cache_shapes(&c, B, T, shp, nd);
-    return attn__slab_need(c.mha.dtype, 15, shp, nd, &need) == ATTN_OK ? need : 0;
+    return attn__slab_need(c.mha.dtype, ENC_CACHE_T, shp, nd, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_encoder_cache_bind(const attn_encoder_config *cfg, int64_t B, int64_t T,
@@ -372,11 +386,12 @@ attn_status attn_encoder_cache_bind(const attn_encoder_config *cfg, int64_t B, i
     ATTN_TRY(attn_encoder_config_resolve(cfg, &c));
     if (!v || !tr || B < 0 || T < 0)
         return ATTN_EINVAL;
-    int64_t shp[15][3];
-    int nd[15];
+    int64_t shp[ENC_CACHE_T][3];
+    int nd[ENC_CACHE_T];
+    attn_view t[ENC_CACHE_T];
     cache_shapes(&c, B, T, shp, nd);
-    ATTN_TRY(attn__slab_bind(c.mha.dtype, 15, shp, nd, slab, slab_size, v));
-    *tr = cache_trace(v);
+    ATTN_TRY(attn__slab_bind(c.mha.dtype, ENC_CACHE_T, shp, nd, slab, slab_size, t));
+    *tr = cache_trace(&c, t, v);
     return ATTN_OK;
 }
 
@@ -400,14 +415,14 @@ size_t attn_encoder_backward_workspace_size(const attn_encoder_config *cfg, cons
         return 0;
     if (prepare(cfg, &p, x, opts, NULL, &c, &a) != ATTN_OK)
         return 0;
-    int64_t shp[15][3];
-    int nd[15];
+    int64_t shp[ENC_CACHE_T][3];
+    int nd[ENC_CACHE_T];
     cache_shapes(&c, x->shape[0], x->shape[1], shp, nd);
-    attn_view v[15], dout;
-    if (attn__shape_views(c.mha.dtype, 15, shp, nd, v) != ATTN_OK ||
+    attn_view t[ENC_CACHE_T], v[15], dout;
+    if (attn__shape_views(c.mha.dtype, ENC_CACHE_T, shp, nd, t) != ATTN_OK ||
         attn__shape_view(c.mha.dtype, 3, x->shape, &dout) != ATTN_OK)
         return 0;
-    attn_trace k = cache_trace(v);
+    attn_trace k = cache_trace(&c, t, v);
     a.tr = &k;
     a.dout = &dout;
     return attn__layer_need(backward_body, &a, &need) == ATTN_OK ? need : 0;

@@ -154,7 +154,7 @@ attn_status attn__ffn_forward_body_res(const attn_ffn_config *c, const attn_ffn_
     if (!residual) {
         ATTN_TRY(attn__plan_linear(pl, &hid, &p->w2, b2, out));
         if (tr->mlp_output && attn__plan_running(pl))
-            attn__view_copy_run(out, tr->mlp_output);
+            attn__copy_run(out, tr->mlp_output);
         return ATTN_OK;
     }
     /* the trace keeps the FFN's own output: m there, then out = residual + m */
@@ -229,6 +229,13 @@ attn_status attn__ffn_backward_body(const attn_ffn_config *c, const attn_ffn_par
                                     const attn_view *x, const attn_trace *cache,
                                     const attn_view *dout, attn_view *dx, attn_ffn_params *g,
                                     attn__plan *pl) {
+    return attn__ffn_backward_body_dx(c, p, x, cache, dout, dx, false, g, pl);
+}
+
+attn_status attn__ffn_backward_body_dx(const attn_ffn_config *c, const attn_ffn_params *p,
+                                       const attn_view *x, const attn_trace *cache,
+                                       const attn_view *dout, attn_view *dx, bool set_dx,
+                                       attn_ffn_params *g, attn__plan *pl) {
     int64_t sh[ATTN_MAX_DIMS];
     attn__with_last(x, c->d_ff, sh);
     /* dh := dout W2^T, then dpre := act'(pre) dh in place: written, never zeroed */
@@ -238,6 +245,9 @@ attn_status attn__ffn_backward_body(const attn_ffn_config *c, const attn_ffn_par
                                             g ? &g->w2 : NULL, g && c->bias ? &g->b2 : NULL));
     if (attn__plan_running(pl))
         attn__activation_grad_run(c->act, cache->mlp_hidden_pre, &dh, &dpre, false);
+    if (set_dx && dx) /* dx := dpre W1^T: the caller's dx needs no zeroing */
+        return attn__plan_linear_backward_set(pl, x, &p->w1, &dpre, dx, g ? &g->w1 : NULL,
+                                              g && c->bias ? &g->b1 : NULL);
     return attn__plan_linear_backward(pl, x, &p->w1, &dpre, dx, g ? &g->w1 : NULL,
                                       g && c->bias ? &g->b1 : NULL);
 }

@@ -54,16 +54,21 @@ static inline bool attn__plan_running(const attn__plan *pl) { return !pl->counti
 ATTN_HIDDEN attn_view attn__plan_scratch(attn__plan *pl, attn_dtype dt, int ndim,
                                          const int64_t *shape, bool zero);
 
-/* A nested run's workspace: its need while counting, the region after the scratch while running. */
+/* A nested run's workspace: its need while counting, the region after the scratch while
+ * running. */
 ATTN_HIDDEN void attn__plan_inner(attn__plan *pl, size_t need);
 ATTN_HIDDEN void *attn__plan_inner_base(const attn__plan *pl);
 ATTN_HIDDEN size_t attn__plan_inner_size(const attn__plan *pl);
 
-/* The sdpa plan of one attention in the body: made (validated) while counting, replayed while running. */
+/* The sdpa plan of one attention in the body: made (validated) while counting, replayed while
+ * running. */
 ATTN_HIDDEN attn_status attn__plan_sdpa(attn__plan *pl, const attn_view *q, const attn_view *k,
                                         const attn_view *v, const attn_sdpa_opts *opts,
                                         bool want_weights, const attn__sdpa_plan **out);
 
+/* Running pass only: y := b (if any), then y += x W with beta = 1 (else beta = 0). */
+ATTN_HIDDEN void attn__plan_gemm_bias(attn__plan *pl, const attn_view *x, const attn_view *w,
+                                      const attn_view *b, attn_view *y);
 /* y = x W (+ b) and its backward inside a body (need while counting, run while running). */
 ATTN_HIDDEN attn_status attn__plan_linear(attn__plan *pl, const attn_view *x,
                                           const attn_view *w, const attn_view *b, attn_view *y);
@@ -132,6 +137,22 @@ ATTN_HIDDEN int attn__trace_views(const attn_trace *t, const attn_view **l, int 
 
 /* ---- MHA (src/layers/mha.c) ------------------------------------------------ */
 
+/*
+ * n views (2 or 3) as one *cat concatenated along the last axis, when they are
+ * its adjacent blocks (same ndim, strides and shape but for the last axis).
+ */
+ATTN_HIDDEN bool attn__cat_views(int n, const attn_view *const *v, attn_view *cat);
+/* Columns [c0, c0 + n) of a (B, T, W) view. */
+ATTN_HIDDEN attn_view attn__cols(const attn_view *x, int64_t c0, int64_t n);
+/*
+ * attn__trace_views for an aliasing check of the trace's OUTPUTS: q, k, v that
+ * are adjacent column blocks of one tensor (as the cache binders carve them)
+ * enter as that one tensor, whose span is exact, instead of three views whose
+ * spans overlap though their elements do not. *cat holds the merged view.
+ */
+ATTN_HIDDEN int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n,
+                                      attn_view *cat);
+
 /* Shapes of the activations of one MHA call, after validation. */
 typedef struct attn__mha_dims {
     int64_t B, Tq, Tk, HD, KD;
@@ -167,13 +188,16 @@ ATTN_HIDDEN attn_status attn__mha_forward_body_res(const attn_mha_config *c,
                                                    const attn_sdpa_opts *opts,
                                                    const attn_view *residual, attn_view *out,
                                                    const attn_trace *tr, attn__plan *pl);
-ATTN_HIDDEN attn_status attn__mha_backward_body(const attn_mha_config *c,
-                                                const attn_mha_params *p,
-                                                const attn__mha_dims *d,
-                                                const attn_sdpa_opts *opts,
-                                                const attn_trace *cache, const attn_view *dout,
-                                                attn_view *dx_q, attn_view *dx_kv,
-                                                attn_mha_params *g, attn__plan *pl);
+ATTN_HIDDEN attn_status attn__mha_backward_body(
+    const attn_mha_config *c, const attn_mha_params *p, const attn__mha_dims *d,
+    const attn_sdpa_opts *opts, const attn_trace *cache, const attn_view *dout, attn_view *dx_q,
+    attn_view *dx_kv, attn_mha_params *g, attn__plan *pl);
+
+/* The same with set_dx: dx_q (not NULL, not dx_kv) is written, not accumulated. */
+ATTN_HIDDEN attn_status attn__mha_backward_body_dx(
+    const attn_mha_config *c, const attn_mha_params *p, const attn__mha_dims *d,
+    const attn_sdpa_opts *opts, const attn_trace *cache, const attn_view *dout, attn_view *dx_q,
+    attn_view *dx_kv, bool set_dx, attn_mha_params *g, attn__plan *pl);
 
 /* ---- FFN (src/layers/ffn.c) ------------------------------------------------ */
 
@@ -205,5 +229,12 @@ ATTN_HIDDEN attn_status attn__ffn_backward_body(const attn_ffn_config *c,
                                                 const attn_trace *cache, const attn_view *dout,
                                                 attn_view *dx, attn_ffn_params *g,
                                                 attn__plan *pl);
+/* The same with set_dx: dx is written (dx := dpre W1^T), not accumulated. */
+ATTN_HIDDEN attn_status attn__ffn_backward_body_dx(const attn_ffn_config *c,
+                                                   const attn_ffn_params *p, const attn_view *x,
+                                                   const attn_trace *cache,
+                                                   const attn_view *dout, attn_view *dx,
+                                                   bool set_dx, attn_ffn_params *g,
+                                                   attn__plan *pl);
 
 #endif

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Multi-head attention: Q/K/V projections, heads as views, sdpa, output projection; and back. */
+/* Multi-head attention: Q/K/V projections, heads as views, sdpa, output projection; and back.
+ */
 #include <string.h>
 
 #include "layers/layers_internal.h"
@@ -74,6 +75,23 @@ int64_t attn_mha_param_count(const attn_mha_config *cfg) {
     return scalar_count(n, shp, nd);
 }
 
+/*
+ * wq, wk, wv are kept as PyTorch keeps in_proj_weight: each (out, in) row-major,
+ * seen as the (in, out) matrix through swapped strides. Each starts on its own
+ * 64-byte boundary as every slab tensor does, so when its bytes are a multiple
+ * of 64 (C H D a multiple of 16 in f32, of 8 in f64) the three are adjacent
+ * column blocks of one (C, HD + 2 KD) matrix and Q, K, V are one GEMM (K and V
+ * for cross-attention); else they are three (the same numbers either way).
+ */
+static void in_proj_order(attn_view *w) {
+    attn_view t;
+    int64_t shape[2] = {w->shape[1], w->shape[0]};
+    attn_status st = attn_view_init(&t, w->dtype, w->data, 2, shape);
+    st = st == ATTN_OK ? attn_view_transpose(&t, 0, 1, w) : st;
+    ATTN_ASSERT(st == ATTN_OK);
+    (void)st;
+}
+
 attn_status attn_mha_params_bind(attn_mha_params *p, const attn_mha_config *cfg, void *slab,
                                  size_t slab_size) {
     attn_mha_config c;
@@ -85,6 +103,8 @@ attn_status attn_mha_params_bind(attn_mha_params *p, const attn_mha_config *cfg,
     attn_view v[8];
     memset(v, 0, sizeof v);
     ATTN_TRY(attn__slab_bind(c.dtype, n, shp, nd, slab, slab_size, v));
+    for (int i = 0; i < 3; ++i)
+        in_proj_order(&v[i]);
     attn_mha_params r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     *p = r;
     return ATTN_OK;
@@ -117,6 +137,8 @@ attn_status attn__mha_shape_params(const attn_mha_config *c, attn_mha_params *p)
     mha_shapes(c, shp, nd);
     attn_view v[8];
     ATTN_TRY(attn__shape_views(c->dtype, 8, shp, nd, v));
+    for (int i = 0; i < 3; ++i) /* the strides attn_mha_params_bind gives */
+        in_proj_order(&v[i]);
     attn_mha_params r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     *p = r;
     return ATTN_OK;
@@ -170,50 +192,14 @@ attn_status attn__mha_check_trace(const attn_mha_config *c, const attn__mha_dims
     return attn__want_opt(tr->lse, dt, 3, sl);
 }
 
-/*
- * n views (2 or 3) as one, concatenated along the last axis, when they are its
- * adjacent blocks: the same ndim, shape but for the last axis, and strides,
- * each starting where the previous one's last-axis extent ends. That is
- * PyTorch's in_proj_weight (3C, C) seen transposed as wq, wk, wv (C, C) with
- * strides (1, C), or the column slices of one (B, T, 3C) activation.
- */
-static bool cat_views(int n, const attn_view *const *v, attn_view *cat) {
-    const attn_view *a = v[0];
-    int nd = a->ndim, last = nd - 1;
-    int64_t ext = a->shape[last];
-    size_t es = attn_dtype_size(a->dtype);
-    for (int i = 1; i < n; ++i) {
-        const attn_view *b = v[i];
-        if (b->ndim != nd || b->dtype != a->dtype)
-            return false;
-        for (int k = 0; k < nd; ++k)
-            if (b->stride[k] != a->stride[k] || (k != last && b->shape[k] != a->shape[k]))
-                return false;
-        const char *want = (const char *)a->data + ext * a->stride[last] * (int64_t)es;
-        if ((const char *)b->data != want || a->stride[last] == 0)
-            return false;
-        ext += b->shape[last];
-    }
-    *cat = *a;
-    cat->shape[last] = ext;
-    return true;
-}
-
-/* Columns [c0, c0 + n) of a (B, T, W) view. */
-static attn_view cols(const attn_view *x, int64_t c0, int64_t n) {
-    attn_view v = *x;
-    v.data = (char *)x->data + c0 * x->stride[2] * (int64_t)attn_dtype_size(x->dtype);
-    v.shape[2] = n;
-    return v;
-}
-
 /* How the Q, K, V projections run: one GEMM for all three, one for K and V, or three. */
 typedef enum { QKV_SEPARATE, QKV_ONE, KV_ONE } qkv_mode;
 
 static qkv_mode qkv_plan(const attn_mha_params *p, const attn__mha_dims *d, attn_view *wcat) {
-    if (d->xkv == d->xq && cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
+    if (d->xkv == d->xq &&
+        attn__cat_views(3, (const attn_view *[]){&p->wq, &p->wk, &p->wv}, wcat))
         return QKV_ONE;
-    if (cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, wcat))
+    if (attn__cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, wcat))
         return KV_ONE;
     return QKV_SEPARATE;
 }
@@ -237,26 +223,31 @@ static void qkv_buffers(const attn_mha_config *c, const attn__mha_dims *d, const
     if (d->xkv == d->xq) {
         attn_view all =
             attn__plan_scratch(pl, dt, 3, (int64_t[]){d->B, d->Tq, d->HD + 2 * d->KD}, false);
-        *Q = cols(&all, 0, d->HD);
-        *K = cols(&all, d->HD, d->KD);
-        *V = cols(&all, d->HD + d->KD, d->KD);
+        *Q = attn__cols(&all, 0, d->HD);
+        *K = attn__cols(&all, d->HD, d->KD);
+        *V = attn__cols(&all, d->HD + d->KD, d->KD);
         return;
     }
     *Q = attn__plan_scratch(pl, dt, 3, sq, false);
     attn_view kv = attn__plan_scratch(pl, dt, 3, (int64_t[]){d->B, d->Tk, 2 * d->KD}, false);
-    *K = cols(&kv, 0, d->KD);
-    *V = cols(&kv, d->KD, d->KD);
+    *K = attn__cols(&kv, 0, d->KD);
+    *V = attn__cols(&kv, d->KD, d->KD);
 }
 
-/* One projection GEMM, then its bias added block by block (the biases need not be adjacent). */
+/*
+ * One projection GEMM for n column blocks: each block first set to its bias (the
+ * biases need not be adjacent), then the GEMM with beta = 1 (no bias: beta = 0).
+ */
 static attn_status proj_cat(attn__plan *pl, const attn_view *x, const attn_view *wcat,
                             attn_view *ycat, int n, const attn_view *const *b,
                             attn_view *const *y) {
-    ATTN_TRY(attn__plan_linear(pl, x, wcat, NULL, ycat));
-    if (attn__plan_running(pl))
-        for (int i = 0; i < n; ++i)
-            if (b[i])
-                attn__add_run(y[i], b[i], y[i]);
+    if (!attn__plan_running(pl))
+        return attn__plan_linear(pl, x, wcat, NULL, ycat);
+    for (int i = 0; i < n; ++i)
+        if (b[i])
+            attn__fill_bias_run(b[i], y[i]);
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, wcat, b[0] ? 1.0 : 0.0, ycat,
+                   attn__plan_inner_base(pl), attn__plan_inner_size(pl));
     return ATTN_OK;
 }
 
@@ -267,14 +258,14 @@ static attn_status qkv_project(const attn_mha_config *c, const attn_mha_params *
     qkv_mode m = qkv_plan(p, d, &wcat);
     const attn_view *bq = c->bias ? &p->bq : NULL, *bk = c->bias ? &p->bk : NULL;
     const attn_view *bv = c->bias ? &p->bv : NULL;
-    if (m == QKV_ONE && cat_views(3, (const attn_view *[]){Q, K, V}, &ycat))
+    if (m == QKV_ONE && attn__cat_views(3, (const attn_view *[]){Q, K, V}, &ycat))
         return proj_cat(pl, d->xq, &wcat, &ycat, 3, (const attn_view *[]){bq, bk, bv},
                         (attn_view *[]){Q, K, V});
     if (m == QKV_ONE) /* the weights are adjacent, the outputs not: K and V still are? */
-        m = cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, &wcat) ? KV_ONE
+        m = attn__cat_views(2, (const attn_view *[]){&p->wk, &p->wv}, &wcat) ? KV_ONE
                                                                         : QKV_SEPARATE;
     ATTN_TRY(attn__plan_linear(pl, d->xq, &p->wq, bq, Q));
-    if (m == KV_ONE && cat_views(2, (const attn_view *[]){K, V}, &ycat))
+    if (m == KV_ONE && attn__cat_views(2, (const attn_view *[]){K, V}, &ycat))
         return proj_cat(pl, d->xkv, &wcat, &ycat, 2, (const attn_view *[]){bk, bv},
                         (attn_view *[]){K, V});
     ATTN_TRY(attn__plan_linear(pl, d->xkv, &p->wk, bk, K));
@@ -322,7 +313,7 @@ attn_status attn__mha_forward_body_res(const attn_mha_config *c, const attn_mha_
         attn__sdpa_run(sp, &Qh, &Kh, &Vh, &Oh, tr->attention, tr->lse,
                        attn__plan_inner_base(pl), attn__plan_inner_size(pl));
         if (tr->read_values)
-            attn__view_copy_run(&Oh, tr->read_values);
+            attn__copy_run(&Oh, tr->read_values);
     } else {
         ATTN_TRY(attn__sdpa_need(sp, &Qh, &Kh, &Vh, &need));
         attn__plan_inner(pl, need);
@@ -396,30 +387,72 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
     a.out = out;
     const attn_view *ins[ATTN__MAX_ALIAS] = {x_q, x_kv, a.opts->keep, a.opts->bias};
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
-    int nout = attn__trace_views(trace, outs, 1), nin = attn__mha_views(&c, p, ins, 4);
+    attn_view cat;
+    int nout = attn__trace_out_views(trace, outs, 1, &cat);
+    int nin = attn__mha_views(&c, p, ins, 4);
     return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- backward ------------------------------------------------------------ */
 
 /*
- * The projections' backward: dx += dY W^T, dW += x^T dY, db += sum dY for Q, K, V.
- * (dQ, dK, dV stay three buffers: the sdpa backward takes gradients that do not
- * overlap, and column blocks of one buffer do by the span test, so the forward's
- * one-GEMM projection has no backward counterpart.)
+ * A zeroed (B, T, W) scratch stored column-major, (W, B T) row-major: strides (T, 1,
+ * B T). Its column blocks (dQ, dK, dV) have disjoint spans, so the sdpa backward
+ * takes them as three gradients (it writes them through attn_gemm, which takes a
+ * column-major C as it is), and the projections' backward reads them as one
+ * (B T, W) matrix: one GEMM for dx, one for dW.
+ */
+static attn_view colmajor(attn__plan *pl, attn_dtype dt, int64_t B, int64_t T, int64_t W) {
+    attn_view m = attn__plan_scratch(pl, dt, 2, (int64_t[]){W, B * T}, true);
+    attn_view v = {.data = m.data, .dtype = dt, .ndim = 3, .shape = {B, T, W},
+                   .stride = {T, 1, B * T}};
+    return v;
+}
+
+/*
+ * The projections' backward: dx += dY W^T, dW += x^T dY, db += sum dY. With the
+ * weights adjacent (as for Q, K, V in the forward), dx takes one GEMM over the
+ * fused (B T, HD + 2 KD) gradient (cross-attention: K and V), and with the
+ * gradient slab adjacent too, dW one. set_dx: dx_q is written (beta 0), not
+ * accumulated.
  */
 static attn_status qkv_backward(const attn_mha_config *c, const attn_mha_params *p,
                                 const attn__mha_dims *d, attn_view *dQ, attn_view *dK,
-                                attn_view *dV, attn_view *dx_q, attn_view *dx_kv,
+                                attn_view *dV, attn_view *dx_q, attn_view *dx_kv, bool set_dx,
                                 attn_mha_params *g, attn__plan *pl) {
-    /* self-attention: x_kv is x_q, and so its gradient lands in dx_q */
-    attn_view *dxkv = d->xkv == d->xq ? dx_q : dx_kv;
-    ATTN_TRY(attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q, g ? &g->wq : NULL,
-                                        g && c->bias ? &g->bq : NULL));
-    ATTN_TRY(attn__plan_linear_backward(pl, d->xkv, &p->wk, dK, dxkv, g ? &g->wk : NULL,
-                                        g && c->bias ? &g->bk : NULL));
-    return attn__plan_linear_backward(pl, d->xkv, &p->wv, dV, dxkv, g ? &g->wv : NULL,
-                                      g && c->bias ? &g->bv : NULL);
+    bool self = d->xkv == d->xq, run = attn__plan_running(pl);
+    int n = self ? 3 : 2; /* the blocks one GEMM may take: Q, K, V or K, V */
+    const attn_view *w3[3] = {&p->wq, &p->wk, &p->wv}, *d3[3] = {dQ, dK, dV};
+    const attn_view *g3[3] = {g ? &g->wq : NULL, g ? &g->wk : NULL, g ? &g->wv : NULL};
+    const attn_view *const *ws = w3 + 3 - n, *const *ds = d3 + 3 - n, *const *gs = g3 + 3 - n;
+    attn_view *dx = self ? dx_q : dx_kv; /* self-attention: x_kv's gradient lands in dx_q */
+    const attn_view *x = d->xkv;
+    attn_view wcat, dcat, gcat;
+    bool fused = attn__cat_views(n, ds, &dcat) && attn__cat_views(n, ws, &wcat);
+    bool gfused = fused && g && attn__cat_views(n, gs, &gcat);
+    if (!self) /* cross-attention: Q's projection on its own */
+        ATTN_TRY(set_dx && dx_q ? attn__plan_linear_backward_set(pl, d->xq, &p->wq, dQ, dx_q,
+                                                                 g ? &g->wq : NULL, NULL)
+                                : attn__plan_linear_backward(pl, d->xq, &p->wq, dQ, dx_q,
+                                                             g ? &g->wq : NULL, NULL));
+    bool set = self && set_dx;
+    if (dx && fused)
+        ATTN_TRY(set ? attn__plan_linear_backward_set(pl, x, &wcat, &dcat, dx, NULL, NULL)
+                     : attn__plan_linear_backward(pl, x, &wcat, &dcat, dx, NULL, NULL));
+    for (int i = 0; dx && !fused && i < n; ++i)
+        ATTN_TRY(set && i == 0
+                     ? attn__plan_linear_backward_set(pl, x, ws[i], ds[i], dx, NULL, NULL)
+                     : attn__plan_linear_backward(pl, x, ws[i], ds[i], dx, NULL, NULL));
+    if (gfused)
+        ATTN_TRY(attn__plan_linear_backward(pl, x, &wcat, &dcat, NULL, &gcat, NULL));
+    for (int i = 0; g && !gfused && i < n; ++i)
+        ATTN_TRY(attn__plan_linear_backward(pl, x, ws[i], ds[i], NULL, (attn_view *)gs[i], NULL));
+    if (run && g && c->bias) {
+        attn_view *b3[3] = {&g->bq, &g->bk, &g->bv};
+        for (int i = 0; i < 3; ++i)
+            attn__add_backward_run(d3[i], NULL, b3[i]);
+    }
+    return ATTN_OK;
 }
 
 attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_params *p,
@@ -427,12 +460,29 @@ attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_par
                                     const attn_trace *cache, const attn_view *dout,
                                     attn_view *dx_q, attn_view *dx_kv, attn_mha_params *g,
                                     attn__plan *pl) {
+    return attn__mha_backward_body_dx(c, p, d, opts, cache, dout, dx_q, dx_kv, false, g, pl);
+}
+
+attn_status attn__mha_backward_body_dx(const attn_mha_config *c, const attn_mha_params *p,
+                                       const attn__mha_dims *d, const attn_sdpa_opts *opts,
+                                       const attn_trace *cache, const attn_view *dout,
+                                       attn_view *dx_q, attn_view *dx_kv, bool set_dx,
+                                       attn_mha_params *g, attn__plan *pl) {
     attn_dtype dt = c->dtype;
     int64_t sq[3] = {d->B, d->Tq, d->HD};
-    int64_t sk[3] = {d->B, d->Tk, d->KD};
-    attn_view dQ = attn__plan_scratch(pl, dt, 3, sq, true);
-    attn_view dK = attn__plan_scratch(pl, dt, 3, sk, true);
-    attn_view dV = attn__plan_scratch(pl, dt, 3, sk, true);
+    /* dQ, dK, dV: column blocks of one column-major scratch (cross: dQ, and dK with dV) */
+    attn_view dQ, dK, dV;
+    if (d->xkv == d->xq && d->Tq == d->Tk) {
+        attn_view all = colmajor(pl, dt, d->B, d->Tq, d->HD + 2 * d->KD);
+        dQ = attn__cols(&all, 0, d->HD);
+        dK = attn__cols(&all, d->HD, d->KD);
+        dV = attn__cols(&all, d->HD + d->KD, d->KD);
+    } else {
+        dQ = colmajor(pl, dt, d->B, d->Tq, d->HD);
+        attn_view kv = colmajor(pl, dt, d->B, d->Tk, 2 * d->KD);
+        dK = attn__cols(&kv, 0, d->KD);
+        dV = attn__cols(&kv, d->KD, d->KD);
+    }
     attn_view dO = attn__plan_scratch(pl, dt, 3, sq, false);
     /* out = O Wo + bo: dO = dout Wo^T written, not accumulated (no zeroing pass) */
     ATTN_TRY(attn__plan_linear_backward_set(pl, cache->concat, &p->wo, dout, &dO,
@@ -454,7 +504,7 @@ attn_status attn__mha_backward_body(const attn_mha_config *c, const attn_mha_par
         ATTN_TRY(attn__sdpa_backward_need(sp, &Qh, &Kh, &Vh, &need));
         attn__plan_inner(pl, need);
     }
-    return qkv_backward(c, p, d, &dQ, &dK, &dV, dx_q, dx_kv, g, pl);
+    return qkv_backward(c, p, d, &dQ, &dK, &dV, dx_q, dx_kv, set_dx, g, pl);
 }
 
 static attn_status backward_body(const void *args, attn__plan *pl) {
@@ -536,24 +586,48 @@ attn_status attn_mha_backward(const attn_mha_config *cfg, const attn_mha_params 
 
 /* ---- the cache a backward reads ------------------------------------------- */
 
+/*
+ * q, k, v are column blocks of one (B, T, HD + 2 KD) tensor when Tq == Tk (a
+ * self-attention cache; else k, v of one (B, Tk, 2 KD)), so the traced forward
+ * projects them with one GEMM, as the inference forward does; then concat, lse.
+ * Slab tensors: (fused q k v | q, fused k v), concat, lse.
+ */
 static void cache_shapes(const attn_mha_config *c, int64_t B, int64_t Tq, int64_t Tk,
-                         int64_t shp[5][3], int *nd) {
+                         int64_t shp[4][3], int *nd, int *n) {
     int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
-    int64_t s[5][3] = {{B, Tq, HD}, {B, Tk, KD}, {B, Tk, KD}, {B, Tq, HD}, {B, c->heads, Tq}};
-    memcpy(shp, s, sizeof s);
-    for (int i = 0; i < 5; ++i)
+    int64_t one[4][3] = {{B, Tq, HD + 2 * KD}, {B, Tq, HD}, {B, c->heads, Tq}};
+    int64_t two[4][3] = {{B, Tq, HD}, {B, Tk, 2 * KD}, {B, Tq, HD}, {B, c->heads, Tq}};
+    *n = Tq == Tk ? 3 : 4;
+    memcpy(shp, Tq == Tk ? one : two, sizeof one);
+    for (int i = 0; i < 4; ++i)
         nd[i] = 3;
+}
+
+/* The slab tensors t[] of cache_shapes as q, k, v, concat, lse in views[0..4]. */
+static void cache_views(const attn_mha_config *c, int n, const attn_view *t, attn_view *views) {
+    int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
+    if (n == 3) {
+        views[0] = attn__cols(&t[0], 0, HD);
+        views[1] = attn__cols(&t[0], HD, KD);
+        views[2] = attn__cols(&t[0], HD + KD, KD);
+    } else {
+        views[0] = t[0];
+        views[1] = attn__cols(&t[1], 0, KD);
+        views[2] = attn__cols(&t[1], KD, KD);
+    }
+    views[3] = t[n - 2];
+    views[4] = t[n - 1];
 }
 
 size_t attn_mha_cache_size(const attn_mha_config *cfg, int64_t B, int64_t Tq, int64_t Tk) {
     attn_mha_config c;
-    int64_t shp[5][3];
-    int nd[5];
+    int64_t shp[4][3];
+    int nd[4], n;
     size_t need;
     if (attn_mha_config_resolve(cfg, &c) != ATTN_OK || B < 0 || Tq < 0 || Tk < 0)
         return 0;
-    cache_shapes(&c, B, Tq, Tk, shp, nd);
-    return attn__slab_need(c.dtype, 5, shp, nd, &need) == ATTN_OK ? need : 0;
+    cache_shapes(&c, B, Tq, Tk, shp, nd, &n);
+    return attn__slab_need(c.dtype, n, shp, nd, &need) == ATTN_OK ? need : 0;
 }
 
 attn_status attn_mha_cache_bind(const attn_mha_config *cfg, int64_t B, int64_t Tq, int64_t Tk,
@@ -563,10 +637,12 @@ attn_status attn_mha_cache_bind(const attn_mha_config *cfg, int64_t B, int64_t T
     ATTN_TRY(attn_mha_config_resolve(cfg, &c));
     if (!views || !trace || B < 0 || Tq < 0 || Tk < 0)
         return ATTN_EINVAL;
-    int64_t shp[5][3];
-    int nd[5];
-    cache_shapes(&c, B, Tq, Tk, shp, nd);
-    ATTN_TRY(attn__slab_bind(c.dtype, 5, shp, nd, slab, slab_size, views));
+    int64_t shp[4][3];
+    int nd[4], n;
+    attn_view t[4];
+    cache_shapes(&c, B, Tq, Tk, shp, nd, &n);
+    ATTN_TRY(attn__slab_bind(c.dtype, n, shp, nd, slab, slab_size, t));
+    cache_views(&c, n, t, views);
     memset(trace, 0, sizeof *trace);
     trace->q = &views[0];
     trace->k = &views[1];

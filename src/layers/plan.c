@@ -31,9 +31,20 @@ attn_view attn__plan_scratch(attn__plan *pl, attn_dtype dt, int ndim, const int6
     for (int k = 0; k < ndim; ++k)
         n *= (size_t)shape[k];
     void *p = plan_take(pl, n);
-    if (zero && !pl->counting)
-        memset(p, 0, n);
     attn_view v;
+    if (!pl->counting) { /* the counting pass checked this very shape: no second check */
+        if (zero)
+            memset(p, 0, n);
+        attn_view r = {.data = p, .dtype = dt, .ndim = ndim};
+        v = r;
+        int64_t s = 1;
+        for (int k = ndim - 1; k >= 0; --k) {
+            v.shape[k] = shape[k];
+            v.stride[k] = s;
+            s *= shape[k] > 0 ? shape[k] : 1;
+        }
+        return v;
+    }
     attn_status st = attn_view_init(&v, dt, p, ndim, shape);
     if (st != ATTN_OK) { /* too large for a view: the counting pass reports it */
         ATTN_ASSERT(pl->counting);
@@ -88,8 +99,20 @@ attn_status attn__plan_linear(attn__plan *pl, const attn_view *x, const attn_vie
         attn__plan_inner(pl, need);
         return ATTN_OK;
     }
-    attn__linear_run(x, w, b, y, attn__plan_inner_base(pl), attn__plan_inner_size(pl));
+    attn__plan_gemm_bias(pl, x, w, b, y);
     return ATTN_OK;
+}
+
+void attn__plan_gemm_bias(attn__plan *pl, const attn_view *x, const attn_view *w,
+                          const attn_view *b, attn_view *y) {
+    /*
+     * y := b, then y += x W with beta = 1. With beta = 0 OpenBLAS first zeroes C in a
+     * pass of its own and the bias was a second pass after; this is one write pass.
+     */
+    if (b)
+        attn__fill_bias_run(b, y);
+    attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, w, b ? 1.0 : 0.0, y,
+                   attn__plan_inner_base(pl), attn__plan_inner_size(pl));
 }
 
 attn_status attn__plan_linear_act(attn__plan *pl, const attn_view *x, const attn_view *w,
@@ -101,9 +124,9 @@ attn_status attn__plan_linear_act(attn__plan *pl, const attn_view *x, const attn
         attn__plan_inner(pl, need);
         return ATTN_OK;
     }
-    /* g = x W, then in one pass over it: v = g + b, g = v (kept), y = act(v) */
-    attn__linear_run(x, w, NULL, g, attn__plan_inner_base(pl), attn__plan_inner_size(pl));
-    attn__bias_act_run(act, g, b, keep_pre ? g : NULL, y);
+    /* g := b, g += x W (beta = 1), then in one pass over it: g kept, y = act(g) */
+    attn__plan_gemm_bias(pl, x, w, b, g);
+    attn__bias_act_run(act, g, NULL, keep_pre ? g : NULL, y);
     return ATTN_OK;
 }
 
@@ -119,7 +142,7 @@ attn_status attn__plan_linear_res(attn__plan *pl, const attn_view *x, const attn
     if (b)
         attn__add_run(r, b, y);
     else if (r->data != y->data)
-        attn__view_copy_run(r, y);
+        attn__copy_run(r, y);
     attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, x, w, 1.0, y, attn__plan_inner_base(pl),
                    attn__plan_inner_size(pl)); /* x, y are (..., n) with n >= 2 dims here */
     return ATTN_OK;
@@ -262,4 +285,55 @@ int attn__trace_views(const attn_trace *t, const attn_view **l, int n) {
     for (size_t i = 0; i < sizeof v / sizeof *v; ++i)
         l[n++] = v[i];
     return n;
+}
+
+/*
+ * n views (2 or 3) as one, concatenated along the last axis, when they are its
+ * adjacent blocks: the same ndim, shape but for the last axis, and strides,
+ * each starting where the previous one's last-axis extent ends. That is
+ * PyTorch's in_proj_weight (3C, C) seen transposed as wq, wk, wv (C, C) with
+ * strides (1, C), or the column slices of one (B, T, 3C) activation.
+ */
+bool attn__cat_views(int n, const attn_view *const *v, attn_view *cat) {
+    const attn_view *a = v[0];
+    int nd = a->ndim, last = nd - 1;
+    int64_t ext = a->shape[last];
+    size_t es = attn_dtype_size(a->dtype);
+    for (int i = 1; i < n; ++i) {
+        const attn_view *b = v[i];
+        if (b->ndim != nd || b->dtype != a->dtype)
+            return false;
+        for (int k = 0; k < nd; ++k)
+            if (b->stride[k] != a->stride[k] || (k != last && b->shape[k] != a->shape[k]))
+                return false;
+        const char *want = (const char *)a->data + ext * a->stride[last] * (int64_t)es;
+        if ((const char *)b->data != want || a->stride[last] == 0)
+            return false;
+        ext += b->shape[last];
+    }
+    *cat = *a;
+    cat->shape[last] = ext;
+    return true;
+}
+
+/* Columns [c0, c0 + n) of a (B, T, W) view. */
+attn_view attn__cols(const attn_view *x, int64_t c0, int64_t n) {
+    attn_view v = *x;
+    v.data = (char *)x->data + c0 * x->stride[2] * (int64_t)attn_dtype_size(x->dtype);
+    v.shape[2] = n;
+    return v;
+}
+
+int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n, attn_view *cat) {
+    int m = attn__trace_views(t, l, n);
+    if (t && t->q && t->k && t->v &&
+        attn__cat_views(3, (const attn_view *[]){t->q, t->k, t->v}, cat)) {
+        l[n + 1] = cat; /* the slots of q, k, v (attn__trace_views' order) */
+        l[n + 2] = l[n + 3] = NULL;
+    } else if (t && t->k && t->v &&
+               attn__cat_views(2, (const attn_view *[]){t->k, t->v}, cat)) {
+        l[n + 2] = cat;
+        l[n + 3] = NULL;
+    }
+    return m;
 }
