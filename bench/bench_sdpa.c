@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* attn-bench-sdpa: attn_sdpa throughput (GFLOP/s) beside a large sgemm measured in the same run. */
+/* attn-bench-sdpa: attn_sdpa forward and backward GFLOP/s beside a large s/dgemm in the same run. */
 #define _POSIX_C_SOURCE 200809L
 #include <attn/attn.h>
 #include <stdio.h>
@@ -35,23 +35,36 @@ static void fill(float *x, size_t n, unsigned *s) {
     }
 }
 
+/* n values in [-1, 1) of dtype dt at x */
+static void fill_dt(attn_dtype dt, void *x, size_t n, unsigned *s) {
+    if (dt == ATTN_F32) {
+        fill(x, n, s);
+        return;
+    }
+    double *d = x;
+    for (size_t i = 0; i < n; ++i) {
+        *s = *s * 1664525u + 1013904223u;
+        d[i] = (double)(*s >> 8) * (2.0 / 16777216.0) - 1.0;
+    }
+}
+
 static void die(const char *what, attn_status st) {
     fprintf(stderr, "attn-bench-sdpa: %s: %s\n", what, attn_strerror(st));
     exit(1);
 }
 
-/* Median seconds of `reps` attn_gemm calls on an n^3 f32 product (the BLAS's own threads). */
-static double sgemm_gflops(int64_t n, int reps, double *cpu_gf) {
-    size_t nn = (size_t)(n * n);
-    float *a = malloc(nn * 4), *b = malloc(nn * 4), *c = malloc(nn * 4);
+/* Median GFLOP/s of `reps` attn_gemm calls on an n^3 product of dtype dt (the BLAS's threads). */
+static double gemm_gflops(attn_dtype dt, int64_t n, int reps, double *cpu_gf) {
+    size_t nn = (size_t)(n * n), es = attn_dtype_size(dt);
+    void *a = malloc(nn * es), *b = malloc(nn * es), *c = malloc(nn * es);
     unsigned s = 7;
-    fill(a, nn, &s);
-    fill(b, nn, &s);
+    fill_dt(dt, a, nn, &s);
+    fill_dt(dt, b, nn, &s);
     attn_view A, B, C;
     int64_t sh[2] = {n, n};
-    attn_view_init(&A, ATTN_F32, a, 2, sh);
-    attn_view_init(&B, ATTN_F32, b, 2, sh);
-    attn_view_init(&C, ATTN_F32, c, 2, sh);
+    attn_view_init(&A, dt, a, 2, sh);
+    attn_view_init(&B, dt, b, 2, sh);
+    attn_view_init(&C, dt, c, 2, sh);
     double t[16], tc[16];
     attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
     if (st) die("attn_gemm", st);
@@ -101,17 +114,27 @@ static void time_call(call *c, int reps, double *wall, double *cpus) {
 static void usage(void) {
     fprintf(stderr,
             "usage: attn-bench-sdpa [-t T]... [-a tiled|mat|both] [-c 0|1|both] [-r reps]\n"
-            "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-n] [-b]\n"
-            "  B=1, H=12, D=64, f32; default T = 256 512 ... 8192. -n: skip the sgemm.\n"
-            "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal); time = median of reps.\n"
+            "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-B batch]\n"
+            "                       [-d f32|f64] [-m none|keep|bias|kvlen|gqa|all] [-f text|csv|json]\n"
+            "                       [-n] [-b]\n"
+            "  B=1, H=12, D=64, f32; default T = 256 512 ... 8192. -n: skip the s/dgemm.\n"
+            "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal) for every mask mode\n"
+            "  (the plain call's work: keep keeps 7 of 8 keys at random, bias is a full (T, T)\n"
+            "  bias, kvlen passes kv_len = T, gqa shares each K/V head among 4 query heads).\n"
+            "  %%gemm: against the in-run sgemm (f32) or dgemm (f64) 2048^3; time = median of reps.\n"
             "  cpu ms: process CPU time per call; GF/cpu-s: GFLOP per CPU second (all threads).\n"
             "  -b: also time attn_sdpa_backward (dq, dk, dv; counted as 2.5x the forward).\n");
     exit(2);
 }
 
+static const char *mask_names[] = {"none", "keep", "bias", "kvlen", "gqa"};
+enum { M_NONE, M_KEEP, M_BIAS, M_KVLEN, M_GQA, M_COUNT };
+
 int main(int argc, char **argv) {
-    int64_t Ts[16], nT = 0, H = 12, D = 64, bq = 0, bk = 0;
-    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1, do_bwd = 0;
+    int64_t Ts[16], nT = 0, H = 12, B = 1, D = 64, bq = 0, bk = 0;
+    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1, do_bwd = 0, fmt = 0;
+    unsigned masks = 1u << M_NONE;
+    attn_dtype dt = ATTN_F32;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-n")) { do_gemm = 0; continue; }
@@ -126,74 +149,135 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-q")) bq = atoll(v);
         else if (!strcmp(a, "-k")) bk = atoll(v);
         else if (!strcmp(a, "-H")) H = atoll(v);
-        else usage();
+        else if (!strcmp(a, "-B")) B = atoll(v);
+        else if (!strcmp(a, "-d")) {
+            if (strcmp(v, "f32") && strcmp(v, "f64")) usage();
+            dt = !strcmp(v, "f64") ? ATTN_F64 : ATTN_F32;
+        } else if (!strcmp(a, "-f")) {
+            fmt = !strcmp(v, "text") ? 0 : !strcmp(v, "csv") ? 1 : !strcmp(v, "json") ? 2 : -1;
+            if (fmt < 0) usage();
+        } else if (!strcmp(a, "-m")) {
+            unsigned m = !strcmp(v, "all") ? (1u << M_COUNT) - 1 : 0;
+            for (int k = 0; k < M_COUNT; ++k)
+                if (!strcmp(v, mask_names[k])) m = 1u << k;
+            if (!m) usage();
+            masks = m;
+        } else usage();
     }
-    if (reps < 1 || reps > 16) usage();
+    if (reps < 1 || reps > 16 || H < 1 || B < 1 || ((masks >> M_GQA) & 1 && H % 4)) usage();
     if (nT == 0)
         for (int64_t T = 256; T <= 8192; T *= 2) Ts[nT++] = T;
+    const char *dname = dt == ATTN_F64 ? "f64" : "f32", *gname = dt == ATTN_F64 ? "dgemm" : "sgemm";
+    size_t es = attn_dtype_size(dt);
     bench_env env;
     bench_env_collect(&env);
-    bench_env_print(stdout, "", &env);
-    bench_env_kernel_note(stdout, "", &env);
-    double peak_cpu = 0, peak = do_gemm ? sgemm_gflops(2048, reps, &peak_cpu) : 0;
+    FILE *info = fmt ? stderr : stdout; /* CSV and JSON: the data alone on stdout */
+    bench_env_print(info, "", &env);
+    bench_env_kernel_note(info, "", &env);
+    double peak_cpu = 0, peak = do_gemm ? gemm_gflops(dt, 2048, reps, &peak_cpu) : 0;
     if (do_gemm)
-        printf("sgemm 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s wall, %.1f per CPU "
-               "second (medians of %d)\n", peak, peak_cpu, reps);
-    {
-        float dummy = 0;
-        attn_view q;
-        int64_t sh[4] = {1, H, 65536, D}, st[4] = {0, 0, 0, 0};
-        attn_view_init_strided(&q, ATTN_F32, &dummy, 4, sh, st);
-        attn_sdpa_opts o = {.algo = ATTN_ALGO_TILED, .threads = threads, .block_q = bq,
-                            .block_k = bk};
-        printf("tiled workspace at T=65536: %.2f MiB\n",
-               (double)attn_sdpa_workspace_size(&q, &q, &q, &o) / (1 << 20));
-    }
-    printf("%6s %6s %6s %10s %9s %7s %10s %9s\n", "T", "algo", "causal", "ms", "GFLOP/s",
-           "%sgemm", "cpu ms", "GF/cpu-s");
+        fprintf(info, "%s 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s wall, %.1f per CPU "
+                "second (medians of %d)\n", gname, peak, peak_cpu, reps);
+    if (fmt == 0)
+        printf("%6s %6s %6s %5s %5s %10s %9s %7s %10s %9s\n", "T", "algo", "causal", "mask",
+               "dtype", "ms", "GFLOP/s", "%gemm", "cpu ms", "GF/cpu-s");
+    else if (fmt == 1)
+        printf("T,algo,pass,causal,mask,dtype,ms,gflops,gemm_gflops,pct_gemm,cpu_ms,"
+               "gflops_per_cpu_s,blas_core,blas_threading\n");
+    else
+        printf("{\"gemm\":\"%s\",\"gemm_gflops\":%.2f,\"blas_core\":\"%s\",\"blas_threading\":"
+               "\"%s\",\"cpu\":\"%s\",\"rows\":[", gname, peak, env.blas_core,
+               env.blas_threading, env.cpu);
+    int nrow = 0;
     for (int64_t ti = 0; ti < nT; ++ti) {
-        int64_t T = Ts[ti], sh[4] = {1, H, T, D};
-        size_t n = (size_t)(H * T * D);
-        float *buf[8];
-        call c = {0};
-        attn_view *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.dout, &c.dq, &c.dk, &c.dv};
-        unsigned s = 1;
-        for (int i = 0; i < 8; ++i) {
-            buf[i] = malloc(n * 4);
-            fill(buf[i], n, &s);
-            attn_view_init(views[i], ATTN_F32, buf[i], 4, sh);
-        }
-        float *lse = malloc((size_t)(H * T) * 4);
-        attn_view_init(&c.lse, ATTN_F32, lse, 3, sh);
-        for (int alg = 1; alg <= 2; ++alg) {
-            if (!(algos & alg)) continue;
-            for (int cz = 0; cz < 2; ++cz) {
-                if (!(causals & (1 << cz))) continue;
-                attn_sdpa_opts op = {.algo = alg == 1 ? ATTN_ALGO_MATERIALIZED : ATTN_ALGO_TILED,
-                                     .causal = cz ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
-                                     .threads = threads, .block_q = bq, .block_k = bk,
-                                     .lse = &c.lse};
-                c.op = op;
-                for (c.bwd = 0; c.bwd <= do_bwd; ++c.bwd) {
-                    c.ws = c.bwd ? attn_sdpa_backward_workspace_size(&c.q, &c.k, &c.v, &op)
-                                 : attn_sdpa_workspace_size(&c.q, &c.k, &c.v, &op);
-                    c.work = aligned_alloc(64, (c.ws + 63) / 64 * 64 + 64);
-                    double sec, csec;
-                    time_call(&c, reps, &sec, &csec);
-                    double flop = 4.0 * (double)H * (double)T * (double)T * (double)D *
-                                  (cz ? 0.5 : 1) * (c.bwd ? 2.5 : 1);
-                    double gf = flop / sec * 1e-9;
-                    printf("%6lld %6s %6s %10.3f %9.1f %7.1f %10.3f %9.1f\n", (long long)T,
-                           alg == 1 ? (c.bwd ? "mat-bw" : "mat") : (c.bwd ? "til-bw" : "tiled"),
-                           cz ? "yes" : "no", sec * 1e3, gf, peak > 0 ? 100 * gf / peak : 0.0,
-                           csec * 1e3, flop / csec * 1e-9);
-                    fflush(stdout);
-                    free(c.work);
+        int64_t T = Ts[ti];
+        for (int mk = 0; mk < M_COUNT; ++mk) {
+            if (!((masks >> mk) & 1)) continue;
+            int64_t Hkv = mk == M_GQA ? H / 4 : H;
+            int64_t sh[4] = {B, H, T, D}, shk[4] = {B, Hkv, T, D};
+            size_t n = (size_t)(B * H * T * D), nk = (size_t)(B * Hkv * T * D);
+            void *buf[8];
+            call c = {0};
+            attn_view *views[8] = {&c.q, &c.k, &c.v, &c.o, &c.dout, &c.dq, &c.dk, &c.dv};
+            int kv[8] = {0, 1, 1, 0, 0, 0, 1, 1};
+            unsigned s = 1;
+            for (int i = 0; i < 8; ++i) {
+                buf[i] = malloc((kv[i] ? nk : n) * es);
+                fill_dt(dt, buf[i], kv[i] ? nk : n, &s);
+                attn_view_init(views[i], dt, buf[i], 4, kv[i] ? shk : sh);
+            }
+            void *lse = malloc((size_t)(B * H * T) * es), *mbuf = NULL;
+            int64_t *kvl = NULL;
+            attn_view_init(&c.lse, dt, lse, 3, sh);
+            attn_view mview;
+            int64_t msh[4] = {1, 1, T, T};
+            if (mk == M_KEEP) {
+                unsigned char *m = mbuf = malloc((size_t)(T * T));
+                for (int64_t i = 0; i < T * T; ++i) {
+                    s = s * 1664525u + 1013904223u;
+                    m[i] = (s >> 24) % 8 != 0;
+                }
+                attn_view_init(&mview, ATTN_U8, m, 4, msh);
+            } else if (mk == M_BIAS) {
+                mbuf = malloc((size_t)(T * T) * es);
+                fill_dt(dt, mbuf, (size_t)(T * T), &s);
+                attn_view_init(&mview, dt, mbuf, 4, msh);
+            } else if (mk == M_KVLEN) {
+                kvl = malloc((size_t)B * sizeof *kvl);
+                for (int64_t b = 0; b < B; ++b) kvl[b] = T;
+            }
+            for (int alg = 1; alg <= 2; ++alg) {
+                if (!(algos & alg)) continue;
+                for (int cz = 0; cz < 2; ++cz) {
+                    if (!(causals & (1 << cz))) continue;
+                    attn_sdpa_opts op = {.algo = alg == 1 ? ATTN_ALGO_MATERIALIZED : ATTN_ALGO_TILED,
+                                         .causal = cz ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE,
+                                         .threads = threads, .block_q = bq, .block_k = bk,
+                                         .lse = &c.lse, .kv_len = kvl,
+                                         .keep = mk == M_KEEP ? &mview : NULL,
+                                         .bias = mk == M_BIAS ? &mview : NULL};
+                    c.op = op;
+                    for (c.bwd = 0; c.bwd <= do_bwd; ++c.bwd) {
+                        c.ws = c.bwd ? attn_sdpa_backward_workspace_size(&c.q, &c.k, &c.v, &op)
+                                     : attn_sdpa_workspace_size(&c.q, &c.k, &c.v, &op);
+                        c.work = aligned_alloc(64, (c.ws + 63) / 64 * 64 + 64);
+                        double sec, csec;
+                        time_call(&c, reps, &sec, &csec);
+                        double flop = 4.0 * (double)B * (double)H * (double)T * (double)T *
+                                      (double)D * (cz ? 0.5 : 1) * (c.bwd ? 2.5 : 1);
+                        double gf = flop / sec * 1e-9, pct = peak > 0 ? 100 * gf / peak : 0.0;
+                        const char *an = alg == 1 ? "mat" : "tiled", *pn = c.bwd ? "bwd" : "fwd";
+                        if (fmt == 0)
+                            printf("%6lld %6s %6s %5s %5s %10.3f %9.1f %7.1f %10.3f %9.1f\n",
+                                   (long long)T,
+                                   alg == 1 ? (c.bwd ? "mat-bw" : "mat")
+                                            : (c.bwd ? "til-bw" : "tiled"),
+                                   cz ? "yes" : "no", mask_names[mk], dname, sec * 1e3, gf, pct,
+                                   csec * 1e3, flop / csec * 1e-9);
+                        else if (fmt == 1)
+                            printf("%lld,%s,%s,%d,%s,%s,%.4f,%.2f,%.2f,%.2f,%.4f,%.2f,%s,%s\n",
+                                   (long long)T, an, pn, cz, mask_names[mk], dname, sec * 1e3,
+                                   gf, peak, pct, csec * 1e3, flop / csec * 1e-9, env.blas_core,
+                                   env.blas_threading);
+                        else
+                            printf("%s{\"T\":%lld,\"algo\":\"%s\",\"pass\":\"%s\",\"causal\":%d,"
+                                   "\"mask\":\"%s\",\"dtype\":\"%s\",\"ms\":%.4f,\"gflops\":%.2f,"
+                                   "\"pct_gemm\":%.2f,\"cpu_ms\":%.4f}",
+                                   nrow ? "," : "", (long long)T, an, pn, cz, mask_names[mk],
+                                   dname, sec * 1e3, gf, pct, csec * 1e3);
+                        ++nrow;
+                        fflush(stdout);
+                        free(c.work);
+                    }
                 }
             }
+            for (int i = 0; i < 8; ++i) free(buf[i]);
+            free(lse);
+            free(mbuf);
+            free(kvl);
         }
-        for (int i = 0; i < 8; ++i) free(buf[i]);
-        free(lse);
     }
+    if (fmt == 2)
+        printf("]}\n");
     return 0;
 }

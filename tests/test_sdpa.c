@@ -350,6 +350,54 @@ START_TEST(sd_errors) {
 }
 END_TEST
 
+/*
+ * Small B*H with Tk >= 128 on 2 threads: each (b, h, query block) is split over keys
+ * and merged through its lse (src/kernels/sdpa.c fwd_split). Masks, causal, kv_len and
+ * GQA against the loop reference; and the cache-derived default tiles at odd head widths.
+ */
+static const sd_case split_cases[] = {
+    /* B  H Hkv Tq  Tk  D  Dv  causal                     keep bias kvl scale */
+    {1, 1, 1, 37, 300, 8, 8, ATTN_CAUSAL_NONE, 0, 0, 0, 0},
+    {1, 2, 1, 20, 257, 6, 5, ATTN_CAUSAL_TOP_LEFT, 0, 0, 0, 0}, /* GQA */
+    {2, 1, 1, 9, 400, 4, 7, ATTN_CAUSAL_BOTTOM_RIGHT, 1, 1, 1, 0},
+    {3, 1, 1, 16, 200, 5, 4, ATTN_CAUSAL_NONE, 3, 3, 1, 0.4}, /* a batch with kv_len 0 */
+    {1, 4, 2, 40, 333, 16, 16, ATTN_CAUSAL_BOTTOM_RIGHT, 4, 2, 0, 0},
+    {1, 1, 1, 300, 700, 40, 24, ATTN_CAUSAL_NONE, 0, 1, 0, 0}, /* odd widths, default tiles */
+};
+
+static void sweep_split(attn_dtype dt) {
+    static const sd_run runs[] = {
+        {ATTN_ALGO_TILED, 0, 0, 2, LY_CONTIG, LY_CONTIG, false},
+        {ATTN_ALGO_TILED, 16, 32, 2, LY_CONTIG, LY_CONTIG, false},
+        {ATTN_ALGO_AUTO, 0, 0, 2, LY_BTHD, LY_PADDED, false},
+        {ATTN_ALGO_TILED, 0, 0, 1, LY_CONTIG, LY_CONTIG, false},
+    };
+    for (size_t ci = 0; ci < sizeof split_cases / sizeof *split_cases; ++ci)
+        for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ++ri)
+            run(dt, &split_cases[ci], &runs[ri], 5000 + ci * 13 + ri);
+}
+
+START_TEST(sd_key_split_f64) { sweep_split(ATTN_F64); }
+END_TEST
+START_TEST(sd_key_split_f32) { sweep_split(ATTN_F32); }
+END_TEST
+
+/* The split's pieces are in the workspace the query reports: more than two threads' tiles. */
+START_TEST(sw_key_split_counted) {
+    float dummy[1];
+    attn_view q, k;
+    int64_t qs[4] = {1, 1, 64, 64}, ks[4] = {1, 1, 4096, 64}, st[4] = {0, 0, 0, 0};
+    attn_view_init_strided(&q, ATTN_F32, dummy, 4, qs, st);
+    attn_view_init_strided(&k, ATTN_F32, dummy, 4, ks, st);
+    attn_sdpa_opts o = {.algo = ATTN_ALGO_TILED, .threads = 1};
+    size_t one = attn_sdpa_workspace_size(&q, &k, &k, &o);
+    o.threads = 2;
+    size_t two = attn_sdpa_workspace_size(&q, &k, &k, &o);
+    ck_assert_uint_gt(one, 0);
+    ck_assert_uint_gt(two, 2 * one);
+}
+END_TEST
+
 /* Query rows per block, keys per tile: the workspace size queries. */
 START_TEST(sw_tiled_independent_of_tk) {
     /* B 1, H 12, D 64: tiled workspace at Tk = 65536 equals the one at 4096, and < 64 MiB */
@@ -396,10 +444,13 @@ int main(void) {
     tcase_add_test(tc, sd_huge_logits);
     tcase_add_test(tc, sd_fixtures);
     tcase_add_test(tc, sd_errors);
+    tcase_add_test(tc, sd_key_split_f64);
+    tcase_add_test(tc, sd_key_split_f32);
     suite_add_tcase(s, tc);
     TCase *tw = tcase_create("attn_sdpa_workspace_size");
     tcase_add_test(tw, sw_tiled_independent_of_tk);
     tcase_add_test(tw, sw_invalid_is_zero);
+    tcase_add_test(tw, sw_key_split_counted);
     suite_add_tcase(s, tw);
     return tu_run(s);
 }

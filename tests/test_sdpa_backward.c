@@ -138,6 +138,27 @@ static void sweep(attn_dtype dt) {
             run(dt, &cases[ci], &runs[ri], 300 + ci * 13 + ri, true, true, true);
 }
 
+/* The cache-derived default tiles (block_q = block_k = 0) at odd head widths, both schedules. */
+static void sweep_default_tiles(attn_dtype dt) {
+    static const sd_case big[] = {
+        /* B  H Hkv Tq  Tk  D  Dv  causal                     keep bias kvl scale */
+        {1, 2, 1, 150, 300, 40, 24, ATTN_CAUSAL_NONE, 0, 1, 0, 0},
+        {2, 1, 1, 70, 600, 12, 20, ATTN_CAUSAL_BOTTOM_RIGHT, 1, 0, 1, 0},
+    };
+    static const sb_run runs[] = {
+        {ATTN_ALGO_TILED, 0, 0, 1, LY_CONTIG, LY_CONTIG},
+        {ATTN_ALGO_TILED, 0, 0, 2, LY_CONTIG, LY_CONTIG},
+    };
+    for (size_t ci = 0; ci < sizeof big / sizeof *big; ++ci)
+        for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ++ri)
+            run(dt, &big[ci], &runs[ri], 900 + ci * 13 + ri, true, true, true);
+}
+
+START_TEST(sb_default_tiles_f64) { sweep_default_tiles(ATTN_F64); }
+END_TEST
+START_TEST(sb_default_tiles_f32) { sweep_default_tiles(ATTN_F32); }
+END_TEST
+
 START_TEST(sb_reference_f64) { sweep(ATTN_F64); }
 END_TEST
 START_TEST(sb_reference_f32) { sweep(ATTN_F32); }
@@ -470,6 +491,8 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, sb_reference_f64);
     tcase_add_test(tc, sb_reference_f32);
+    tcase_add_test(tc, sb_default_tiles_f64);
+    tcase_add_test(tc, sb_default_tiles_f32);
     tcase_add_test(tc, sb_layouts_and_subsets);
     tcase_add_test(tc, sb_finite_differences);
     tcase_add_test(tc, sb_f32_vs_f64);

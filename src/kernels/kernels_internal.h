@@ -39,8 +39,7 @@ ATTN_HIDDEN void attn__activation_backward_run(attn_act act, const attn_view *x,
                                                const attn_view *dy, attn_view *dx);
 /* The same, or dx = act'(x) dy when not accumulate (dx is then not read: no zeroing). */
 ATTN_HIDDEN void attn__activation_grad_run(attn_act act, const attn_view *x,
-                                           const attn_view *dy, attn_view *dx,
-                                           bool accumulate);
+                                           const attn_view *dy, attn_view *dx, bool accumulate);
 /* attn_layernorm and its backward, arguments as validated by them. */
 ATTN_HIDDEN void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
                                      const attn_view *beta, attn_view *y, attn_view *mean,
@@ -72,5 +71,30 @@ ATTN_HIDDEN void attn__linear_backward_run(const attn_view *x, const attn_view *
  */
 ATTN_HIDDEN void attn__rope_run(attn_rope_style style, double base, int64_t offset,
                                 attn_view *x, bool backward);
+
+/*
+ * The attention tiles' fused row passes (src/kernels/vexp.c; AVX2/AVX-512 clones):
+ * attn__vexp_tail_*: x[i] := exp(x[i] - m) for i < lim and 0 for lim <= i < n (the
+ * masked tail, no separate zeroing), returning the sum over i < lim; the f64 one is a
+ * degree-13 polynomial (a few ulp). attn__sdpa_ds_*: d[i] := p[i] == 0 ? 0 :
+ * p[i] (d[i] - dl) (dS from P and dP; p and d do not overlap). attn__finite_*: no
+ * element of x[0..n) is inf or NaN.
+ */
+ATTN_HIDDEN float attn__vexp_tail_f32(float *x, int64_t lim, int64_t n, float m);
+ATTN_HIDDEN double attn__vexp_tail_f64(double *x, int64_t lim, int64_t n, double m);
+ATTN_HIDDEN void attn__sdpa_ds_f32(const float *restrict p, float *restrict d, int64_t n,
+                                   float dl);
+ATTN_HIDDEN void attn__sdpa_ds_f64(const double *restrict p, double *restrict d, int64_t n,
+                                   double dl);
+/* s[i] += b[i] (a -inf b[i] gives -inf, even for a NaN s[i]); s[i] = -inf where k[i] == 0. */
+ATTN_HIDDEN void attn__sdpa_bias_row_f32(float *restrict s, const float *restrict b, int64_t n);
+ATTN_HIDDEN void attn__sdpa_bias_row_f64(double *restrict s, const double *restrict b,
+                                         int64_t n);
+ATTN_HIDDEN void attn__sdpa_keep_row_f32(float *restrict s, const uint8_t *restrict k,
+                                         int64_t n);
+ATTN_HIDDEN void attn__sdpa_keep_row_f64(double *restrict s, const uint8_t *restrict k,
+                                         int64_t n);
+ATTN_HIDDEN bool attn__finite_f32(const float *x, int64_t n);
+ATTN_HIDDEN bool attn__finite_f64(const double *x, int64_t n);
 
 #endif

@@ -1,10 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* attn_sdpa: scaled dot-product attention, materialized or tiled (online softmax), threaded. */
+/* no FP exception flags (attn never reads them): lets GCC if-convert the mask loops */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "vect-cost-model=dynamic")
+#endif
+
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn_config.h"
+#include "kernels/lse_merge.h"
 #include "kernels/sdpa_internal.h"
 
 #if ATTN_HAVE_OPENMP
@@ -19,6 +27,49 @@ static attn_status plan_mask(const attn_view *m, attn_dtype want, const int64_t 
     if (m->dtype != want)
         return ATTN_EDTYPE;
     return attn_view_broadcast(m, 4, shape, out);
+}
+
+/*
+ * The per-core L2 size in bytes, read once (sysconf; 1 MiB when the system does not
+ * say or says something implausible). A relaxed atomic: every thread that reads it
+ * first computes the same value, so the race is benign and TSan-clean.
+ */
+static size_t sdpa_l2_bytes(void) {
+    static atomic_size_t cached;
+    size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v)
+        return v;
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    v = l2 >= (64L << 10) && l2 <= (1L << 30) ? (size_t)l2 : (size_t)1 << 20;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+static int64_t pow2_floor(int64_t x) {
+    int64_t p = 1;
+    while (p <= x / 2)
+        p *= 2;
+    return p;
+}
+
+/*
+ * Default tiles (docs/design.md "sdpa tiling"): a quarter of L2 for the score tile and
+ * as much for one K and one V tile, so that S (or P, dP) and the K/V tile the BLAS packs
+ * stay in L2 between the two products. bk = keys whose K and V rows fit the budget,
+ * bq = rows of bk scores that fit it; powers of two, bk in [64, 512], bq in [16, 512].
+ */
+void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq, int64_t *bk) {
+    int64_t budget = (int64_t)(l2 / 4), per_key = (D + Dv) * (int64_t)es;
+    if (per_key < (int64_t)es)
+        per_key = (int64_t)es;
+    int64_t k = pow2_floor(budget / per_key > 0 ? budget / per_key : 1);
+    k = k < 64 ? 64 : k > 512 ? 512 : k;
+    int64_t q = pow2_floor(budget / (k * (int64_t)es) > 0 ? budget / (k * (int64_t)es) : 1);
+    *bq = q < 16 ? 16 : q > 512 ? 512 : q;
+    *bk = k;
 }
 
 attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const attn_view *v,
@@ -72,8 +123,10 @@ attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const a
         return ATTN_EUNSUPPORTED;
     /* AUTO: whole rows when the weights are wanted, else tiles (identical for Tk <= bk) */
     t.tiled = opts->algo == ATTN_ALGO_TILED || (opts->algo == ATTN_ALGO_AUTO && !want_weights);
-    t.bq = opts->block_q ? opts->block_q : t.tiled ? ATTN__SDPA_BQ : ATTN__SDPA_BQ_MAT;
-    t.bk = t.tiled ? (opts->block_k ? opts->block_k : ATTN__SDPA_BK) : t.Tk;
+    int64_t dbq, dbk;
+    attn__sdpa_tiles(sdpa_l2_bytes(), attn_dtype_size(t.dt), t.D, t.Dv, &dbq, &dbk);
+    t.bq = opts->block_q ? opts->block_q : t.tiled ? dbq : ATTN__SDPA_BQ_MAT;
+    t.bk = t.tiled ? (opts->block_k ? opts->block_k : dbk) : t.Tk;
     if (t.bq > t.Tq)
         t.bq = t.Tq;
     if (t.bk > t.Tk)
@@ -105,26 +158,42 @@ bool attn__sdpa_keep_any(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t
 }
 
 attn_view attn__sdpa_rows(const attn_view *v, int64_t b, int64_t h, int64_t r0, int64_t rows) {
-    attn_view t = {.data = attn__at4(v, b, h, r0, 0), .dtype = v->dtype, .ndim = 2,
-                   .shape = {rows, v->shape[3]}, .stride = {v->stride[2], v->stride[3]}};
+    attn_view t = {.data = attn__at4(v, b, h, r0, 0),
+                   .dtype = v->dtype,
+                   .ndim = 2,
+                   .shape = {rows, v->shape[3]},
+                   .stride = {v->stride[2], v->stride[3]}};
     return t;
 }
 
 attn_view attn__sdpa_buf(attn_dtype dt, void *data, int64_t rows, int64_t cols, int64_t ld) {
-    attn_view t = {.data = data, .dtype = dt, .ndim = 2, .shape = {rows, cols},
-                   .stride = {ld, 1}};
+    attn_view t = {
+        .data = data, .dtype = dt, .ndim = 2, .shape = {rows, cols}, .stride = {ld, 1}};
     return t;
 }
 
 /* ---- per-dtype kernels --------------------------------------------------- */
 
-/* Everything a forward task reads; per-thread scratch is carved at these offsets. */
+/*
+ * Everything a forward task reads; per-thread scratch is carved at these offsets.
+ * Key split (small B*H): nsplit > 1 pieces per (b, h, query block), each over a
+ * chunk of `chunk` keys, its normalized partial out and row statistics stored at
+ * off_pieces + piece * piece_size (o, then m and l in double), merged afterwards.
+ */
 typedef struct fwd_ctx {
     const attn__sdpa_plan *p;
-    const attn_view       *q, *k, *v, *out, *weights, *lse;
-    size_t                 off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
-    attn__rows_f64         mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
+    const attn_view *q, *k, *v, *out, *weights, *lse;
+    size_t off_s, off_acc, off_m, off_l, off_gw, gws, per_thread;
+    attn__rows_f64 mo, lo; /* attn__sdpa_run_ml: row max and sum (base NULL: none) */
+    int64_t nsplit, chunk;
+    size_t off_pieces, piece_size, piece_ml;
 } fwd_ctx;
+
+/* Where a key-split task writes: its normalized partial out (rows, Dv) and m, l per row. */
+typedef struct fwd_piece {
+    void *o;
+    double *m, *l;
+} fwd_piece;
 
 /* clang-format off */
 #define ATTN_TMPL_F32
@@ -137,14 +206,30 @@ typedef struct fwd_ctx {
 #include "tmpl/dtype_off.h"
 /* clang-format on */
 
-void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
-                       int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
-                       void *s, int64_t lds, void *gw, size_t gws) {
+void attn__sdpa_scores_gemm(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                            int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0,
+                            int64_t cols, void *s, int64_t lds, void *gw, size_t gws) {
     /* S (rows, cols) = scale q[b, h, i0:] k[b, h / group, j0:]^T */
     attn_view qt = attn__sdpa_rows(q, b, h, i0, rows);
     attn_view kt = attn__sdpa_rows(k, b, h / p->group, j0, cols);
     attn_view st = attn__sdpa_buf(p->dt, s, rows, cols, lds);
     attn__gemm_run(ATTN_NO_TRANS, ATTN_TRANS, p->scale, &qt, &kt, 0.0, &st, gw, gws);
+}
+
+void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
+                         int64_t lim, void *row) {
+    if (!p->has_bias && !p->has_keep)
+        return;
+    if (p->dt == ATTN_F32)
+        mask_row_f32(p, b, h, i, j0, lim, row);
+    else
+        mask_row_f64(p, b, h, i, j0, lim, row);
+}
+
+void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
+                       int64_t b, int64_t h, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                       void *s, int64_t lds, void *gw, size_t gws) {
+    attn__sdpa_scores_gemm(p, q, k, b, h, i0, rows, j0, cols, s, lds, gw, gws);
     if (p->dt == ATTN_F32)
         mask_tile_f32(p, b, h, i0, rows, j0, cols, s, lds);
     else
@@ -177,6 +262,30 @@ attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
     return attn__check_aliasing(outs, nout, ins, nin);
 }
 
+/*
+ * Key split (small B*H, docs/design.md "sdpa tiling"): with fewer than 4 tasks per
+ * thread, each (b, h, query block) is cut into nsplit key chunks (at least 64 keys
+ * each, a multiple of 16) merged through their lse, so that every thread works.
+ */
+static void fwd_split(fwd_ctx *c, int64_t n) {
+    const attn__sdpa_plan *p = c->p;
+    c->nsplit = 1;
+    c->chunk = p->Tk;
+    if (!p->tiled || n == 0 || p->Tk < 128 || p->Dv == 0)
+        return;
+    int full = attn__threads(p->threads, INT64_MAX, attn__sdpa_flops(p));
+    if (full < 2 || n >= 4 * (int64_t)full)
+        return;
+    int64_t want = (4 * (int64_t)full + n - 1) / n, most = p->Tk / 64;
+    int64_t ns = want < most ? want : most;
+    if (ns < 2)
+        return;
+    int64_t chunk = (p->Tk + ns - 1) / ns;
+    chunk = (chunk + 15) / 16 * 16;
+    c->chunk = chunk;
+    c->nsplit = (p->Tk + chunk - 1) / chunk;
+}
+
 /* Scratch per thread: score tile, accumulator, row max and sum, attn_gemm packing. */
 static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t *total) {
     const attn__sdpa_plan *p = c->p;
@@ -207,13 +316,22 @@ static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t
     int64_t nqb = p->Tq > 0 ? (p->Tq + p->bq - 1) / p->bq : 0, n;
     if (!attn__mul_i64(p->B, p->H, &n) || !attn__mul_i64(n, nqb, &n))
         return ATTN_ERANGE;
-    *ntasks = n;
-    *nthreads = attn__threads(p->threads, n, attn__sdpa_flops(p));
+    fwd_split(c, n);
+    int64_t nall = n * c->nsplit; /* n < 4 * threads when split: no overflow */
+    *ntasks = nall;
+    *nthreads = attn__threads(p->threads, nall, attn__sdpa_flops(p));
     if (n == 0) {
         *total = 0;
         return ATTN_OK;
     }
-    if (!attn__mul_sz(c->per_thread, (size_t)*nthreads, total))
+    size_t threads_sz;
+    if (!attn__mul_sz(c->per_thread, (size_t)*nthreads, &threads_sz))
+        return ATTN_ERANGE;
+    c->off_pieces = attn__align64(threads_sz);
+    c->piece_ml = attn__align64((size_t)p->bq * sizeof(double));
+    c->piece_size = c->nsplit > 1 ? attn__align64(acc) + 2 * c->piece_ml : 0;
+    size_t pieces = c->piece_size * (size_t)nall; /* small: only when split */
+    if (!attn__add_sz(c->off_pieces, pieces, total))
         return ATTN_ERANGE;
     return ATTN_OK;
 }
@@ -229,19 +347,41 @@ attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q, const 
 /* One task of attn__sdpa_run's loop (attn__parallel_for): task t is (b, h, query block). */
 typedef struct fwd_loop {
     const fwd_ctx *c;
-    int64_t        nqb;
-    void          *work;
+    int64_t nqb;
+    void *work;
 } fwd_loop;
 
 static void fwd_one(void *arg, int64_t t, int tid) {
     const fwd_loop *l = arg;
-    const attn__sdpa_plan *p = l->c->p;
-    int64_t qb = l->nqb - 1 - t % l->nqb, bh = t / l->nqb;
-    char *wsp = (char *)l->work + (size_t)tid * l->c->per_thread;
+    const fwd_ctx *c = l->c;
+    const attn__sdpa_plan *p = c->p;
+    int64_t sp = t % c->nsplit, tb = t / c->nsplit;
+    int64_t qb = l->nqb - 1 - tb % l->nqb, bh = tb / l->nqb;
+    char *wsp = (char *)l->work + (size_t)tid * c->per_thread;
+    int64_t jlo = sp * c->chunk, jhi = jlo + c->chunk;
+    fwd_piece piece = {0}, *pc = NULL;
+    if (c->nsplit > 1) {
+        char *at = (char *)l->work + c->off_pieces + (size_t)t * c->piece_size;
+        size_t osz = c->piece_size - 2 * c->piece_ml;
+        piece.o = at;
+        piece.m = (double *)(at + osz);
+        piece.l = (double *)(at + osz + c->piece_ml);
+        pc = &piece;
+    }
     if (p->dt == ATTN_F32)
-        fwd_task_f32(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+        fwd_task_f32(c, bh / p->H, bh % p->H, qb * p->bq, jlo, jhi, pc, wsp);
     else
-        fwd_task_f64(l->c, bh / p->H, bh % p->H, qb * p->bq, wsp);
+        fwd_task_f64(c, bh / p->H, bh % p->H, qb * p->bq, jlo, jhi, pc, wsp);
+}
+
+/* The merge of a key-split (b, h, query block) (attn__parallel_for over B * H * nqb). */
+static void fwd_merge_one(void *arg, int64_t t, int tid) {
+    const fwd_loop *l = arg;
+    (void)tid;
+    if (l->c->p->dt == ATTN_F32)
+        fwd_merge_f32(l->c, l->nqb, t, l->work);
+    else
+        fwd_merge_f64(l->c, l->nqb, t, l->work);
 }
 
 static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
@@ -261,9 +401,13 @@ static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vi
     bool idle = p->Dv == 0 && !lse && !mo.base && (!weights || p->Tk == 0);
     if (ntasks == 0 || idle)
         return;
-    /* tasks (b, h, query block), the costliest (last, under causal) first */
+    /* tasks (b, h, query block[, key chunk]), the costliest (last, under causal) first */
     fwd_loop loop = {&c, (p->Tq + p->bq - 1) / p->bq, work};
     attn__parallel_for(nt, ntasks, fwd_one, &loop);
+    if (c.nsplit > 1) {
+        int64_t nb = ntasks / c.nsplit;
+        attn__parallel_for(nt < nb ? nt : (int)nb, nb, fwd_merge_one, &loop);
+    }
 }
 
 void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
@@ -311,8 +455,8 @@ attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
     attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
-    const attn_view *all[8] = {q, k, v, out, w, lse, opts ? opts->keep : NULL,
-                               opts ? opts->bias : NULL};
+    const attn_view *all[8] = {
+        q, k, v, out, w, lse, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
     if (!owned && attn__work_overlaps(work, need, all, 8))
         return ATTN_EALIAS;
     attn__sdpa_run(&p, q, k, v, out, w, lse, work, work_size);

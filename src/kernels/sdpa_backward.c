@@ -235,6 +235,12 @@ static void backward_run(const attn__sdpa_plan *p, const attn_view *q, const att
                 attn__sdpa_backward_check(p, q, k, v, NULL, out, lse, dout, dq, dk, dv) == ATTN_OK);
     (void)st;
     (void)work_size;
+    /* no (query, key) pair, or every wanted gradient empty: nothing to add (and no
+       loop over up to 2^31 empty (b, head) tasks: fuzz_sdpa_backward's timeout) */
+    bool none = p->Tq == 0 || p->Tk == 0 || p->B == 0 || p->H == 0;
+    bool dq_empty = !dq || p->D == 0, dk_empty = !dk || p->D == 0, dv_empty = !dv || p->Dv == 0;
+    if (none || (dq_empty && dk_empty && dv_empty))
+        return;
     bwd_sched s = schedule(&c);
     for (int pass = 0; pass < 2; ++pass) {
         int64_t n = s.ntasks[pass];

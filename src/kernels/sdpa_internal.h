@@ -15,9 +15,13 @@
  */
 #define ATTN__SDPA_LSE_EMPTY (-1e30)
 
-/* Default tiles (docs/design.md "sdpa": measured on the 2-core machine). */
-#define ATTN__SDPA_BQ 256    /* query rows per task (tiled) */
-#define ATTN__SDPA_BK 512    /* keys per tile (tiled) */
+/*
+ * Default tiles of the TILED algorithm from the per-core L2 size l2 (bytes), the
+ * element size and the head widths (docs/design.md "sdpa tiling"); the materialized
+ * algorithm takes ATTN__SDPA_BQ_MAT query rows of whole score rows.
+ */
+ATTN_HIDDEN void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq,
+                                  int64_t *bk);
 #define ATTN__SDPA_BQ_MAT 64 /* query rows per task (materialized: bq x Tk scores) */
 
 /*
@@ -89,6 +93,19 @@ ATTN_HIDDEN void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q,
                                    const attn_view *k, int64_t b, int64_t h, int64_t i0,
                                    int64_t rows, int64_t j0, int64_t cols, void *s, int64_t lds,
                                    void *gw, size_t gws);
+
+/*
+ * The two halves of attn__sdpa_scores, for the fused row passes: the product
+ * S = scale q k^T alone, and bias and keep on the visible part of one score row i
+ * (keys j0 .. j0 + lim, lim the row's visible count in the tile; the tail past lim
+ * is not written).
+ */
+ATTN_HIDDEN void attn__sdpa_scores_gemm(const attn__sdpa_plan *p, const attn_view *q,
+                                        const attn_view *k, int64_t b, int64_t h, int64_t i0,
+                                        int64_t rows, int64_t j0, int64_t cols, void *s,
+                                        int64_t lds, void *gw, size_t gws);
+ATTN_HIDDEN void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i,
+                                     int64_t j0, int64_t lim, void *row);
 
 /*
  * The outputs of a forward against the plan: out (B, H, Tq, Dv) required,

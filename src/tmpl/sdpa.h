@@ -1,31 +1,64 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of attn_sdpa (included by src/kernels/sdpa.c between tmpl/dtype_on.h and dtype_off.h). */
+/* Per-dtype body of attn_sdpa (included by src/kernels/sdpa.c between tmpl/dtype_on.h and
+ * dtype_off.h). */
+
+#if T_IS_F32
+#define SDPA_VEXP_TAIL attn__vexp_tail_f32
+#define SDPA_FINITE    attn__finite_f32
+#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f32
+#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f32
+#else
+#define SDPA_VEXP_TAIL attn__vexp_tail_f64
+#define SDPA_FINITE    attn__finite_f64
+#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f64
+#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f64
+#endif
 
 /*
- * Bias and masks on a score tile S (rows, cols) for queries i0.., keys j0..:
- * S += bias; S = -inf where keep == 0 or j >= key_limit(i).
+ * Bias and keep on the visible part of score row i (keys j0 .. j0 + lim, all
+ * below key_limit(i)): s += bias; s = -inf where keep == 0. One pass over the
+ * row while it is in L1; the tail past lim is the caller's (-inf for the
+ * trace, 0 written by SDPA_VEXP_TAIL in the forward and the backward).
  */
-static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i0,
-                           int64_t rows, int64_t j0, int64_t cols, T *s, int64_t lds) {
-    for (int64_t r = 0; r < rows; ++r) {
-        T *sr = s + r * lds;
-        int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
-        lim = lim < 0 ? 0 : lim > cols ? cols : lim;
-        if (p->has_bias) {
-            const T *br = (const T *)attn__at4(&p->bias, b, h, i0 + r, j0);
-            int64_t sj = p->bias.stride[3];
-            /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
+static void SFX(mask_row)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
+                          int64_t lim, T *sr) {
+    if (p->has_bias) {
+        const T *br = (const T *)attn__at4(&p->bias, b, h, i, j0);
+        int64_t sj = p->bias.stride[3];
+        /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
+        if (sj == 1)
+            SDPA_BIAS_ROW(sr, br, lim);
+        else
             for (int64_t c = 0; c < lim; ++c) {
                 T bv = br[c * sj];
                 sr[c] = bv == (T)-INFINITY ? bv : sr[c] + bv;
             }
-        }
-        if (p->has_keep) {
-            const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i0 + r, j0);
-            int64_t sj = p->keep.stride[3];
+    }
+    if (p->has_keep) {
+        const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, j0);
+        int64_t sj = p->keep.stride[3];
+        if (sj == 1)
+            SDPA_KEEP_ROW(sr, kr, lim);
+        else
             for (int64_t c = 0; c < lim; ++c)
                 sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
-        }
+    }
+}
+
+/* The visible length of row i0 + r in the key tile j0 .. j0 + cols. */
+static inline int64_t SFX(row_lim)(const attn__sdpa_plan *p, int64_t b, int64_t i, int64_t j0,
+                                   int64_t cols) {
+    int64_t lim = attn__sdpa_key_limit(p, b, i) - j0;
+    return lim < 0 ? 0 : lim > cols ? cols : lim;
+}
+
+/* Bias and masks on a score tile S (rows, cols), masked keys -inf (the trace's rule). */
+static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i0,
+                           int64_t rows, int64_t j0, int64_t cols, T *s, int64_t lds) {
+    for (int64_t r = 0; r < rows; ++r) {
+        T *sr = s + r * lds;
+        int64_t lim = SFX(row_lim)(p, b, i0 + r, j0, cols);
+        SFX(mask_row)(p, b, h, i0 + r, j0, lim, sr);
         for (int64_t c = lim; c < cols; ++c)
             sr[c] = (T)-INFINITY;
     }
@@ -35,6 +68,16 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
 static bool SFX(tile_finite)(const attn_view *v) {
     int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
     const T *x = (const T *)v->data;
+    if (r == 0 || n == 0) /* empty (data may be NULL: no pointer arithmetic on it) */
+        return true;
+    if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
+        if (s0 == n && r > 0)
+            return SDPA_FINITE(x, r * n);
+        for (int64_t i = 0; i < r; ++i)
+            if (!SDPA_FINITE(x + i * s0, n))
+                return false;
+        return true;
+    }
     T acc = 0;
     for (int64_t i = 0; i < r; ++i)
         for (int64_t j = 0; j < n; ++j)
@@ -50,7 +93,8 @@ static bool SFX(tile_finite)(const attn_view *v) {
  * The MATERIALIZED algorithm is the same loop with one tile of whole rows
  * (bk = Tk), after which the tile holds the unnormalized weights.
  */
-static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, char *wsp) {
+static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
+                              int64_t jhi, const fwd_piece *piece, char *wsp, bool checked) {
     const attn__sdpa_plan *p = c->p;
     int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
     int64_t lds = p->bk, Dv = p->Dv;
@@ -60,33 +104,35 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
     attn_view acc_v = attn__sdpa_buf(p->dt, acc, rows, Dv, Dv);
     /* key_limit grows with i: the last row sees the most keys */
     int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1);
+    if (khi > jhi) /* a key-split piece sees keys [jlo, jhi) */
+        khi = jhi;
     bool any = false; /* acc has been written */
     for (int64_t r = 0; r < rows; ++r) {
         m[r] = (T)-INFINITY;
         l[r] = 0;
     }
     int64_t hk = h / p->group;
-    for (int64_t j0 = 0; j0 < khi; j0 += p->bk) {
+    for (int64_t j0 = jlo; j0 < khi; j0 += p->bk) {
         int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
         if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
             continue; /* a fully masked tile costs nothing */
-        attn__sdpa_scores(p, c->q, c->k, b, h, i0, rows, j0, cols, s, lds, gw, c->gws);
+        /* S = scale q k^T; then per row, while it is in L1: bias and keep, max, exp, sum */
+        attn__sdpa_scores_gemm(p, c->q, c->k, b, h, i0, rows, j0, cols, s, lds, gw, c->gws);
         for (int64_t r = 0; r < rows; ++r) {
             T *sr = s + r * lds;
-            int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
-            lim = lim < 0 ? 0 : lim > cols ? cols : lim;
+            int64_t lim = SFX(row_lim)(p, b, i0 + r, j0, cols);
+            SFX(mask_row)(p, b, h, i0 + r, j0, lim, sr);
             T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
-            if (mn == (T)-INFINITY) { /* nothing visible yet: P row = 0 */
+            if (mn == (T)-INFINITY) {                /* nothing visible yet: P row = 0 */
                 for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
                     if (sr[c2] != sr[c2])
                         l[r] = sr[c2];
                 memset(sr, 0, (size_t)cols * sizeof(T));
                 continue;
             }
-            T sum = T_VEXP_SUM(sr, lim, mn); /* P = exp(S - m_new) */
-            memset(sr + lim, 0, (size_t)(cols - lim) * sizeof(T));
-            T corr = T_EXP(m[r] - mn); /* 0 when m_old = -inf */
+            T sum = SDPA_VEXP_TAIL(sr, lim, cols, mn); /* P = exp(S - m_new), 0 past lim */
+            T corr = T_EXP(m[r] - mn);                 /* 0 when m_old = -inf */
             l[r] = l[r] * corr + sum;
             m[r] = mn;
             if (any && corr != 1) {
@@ -101,7 +147,7 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
         /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
         attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
         attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
-        if (SFX(tile_finite)(&vt))
+        if (!checked || SFX(tile_finite)(&vt))
             attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v,
                            gw, c->gws);
         else /* NaN or inf in v: skip the zero weights, 0 * NaN must not reach a row */
@@ -116,10 +162,25 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
                 }
         any = true;
     }
+    /*
+     * Unchecked (the first run): a NaN or inf in a v tile reaches acc whatever its
+     * weights (0 * inf is NaN), so a finite acc proves every v tile used was finite;
+     * otherwise the caller runs the task again checking each v tile (exact path).
+     */
+    if (!checked && any && !SDPA_FINITE(acc, rows * Dv))
+        return false;
     /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
         T inv = live ? 1 / l[r] : 0;
+        if (piece) { /* a key chunk: its normalized partial out and statistics, merged later */
+            T *po = (T *)piece->o + r * Dv;
+            for (int64_t d = 0; d < Dv; ++d)
+                po[d] = live ? acc[r * Dv + d] * inv : 0;
+            piece->m[r] = live ? (double)m[r] : -INFINITY;
+            piece->l[r] = live ? (double)l[r] : 0.0;
+            continue;
+        }
         T *orow = (T *)attn__at4(c->out, b, h, i0 + r, 0);
         int64_t so = c->out->stride[3];
         for (int64_t d = 0; d < Dv; ++d)
@@ -139,4 +200,55 @@ static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, ch
                 wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;
         }
     }
+    return true;
 }
+
+/*
+ * One task: unchecked first (no per-tile scan of v), again with the checks when
+ * its accumulator is not finite.
+ */
+static void SFX(fwd_task)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
+                          int64_t jhi, const fwd_piece *piece, char *wsp) {
+    if (!SFX(fwd_task_run)(c, b, h, i0, jlo, jhi, piece, wsp, false))
+        SFX(fwd_task_run)(c, b, h, i0, jlo, jhi, piece, wsp, true);
+}
+
+/*
+ * The merge of key-split task tb = (b, h, query block): its nsplit pieces, in key
+ * order, through attn__softmax_merge_row (the ring's and split-KV decode's merge),
+ * then lse = m + log(l) (LSE_EMPTY, out 0 for a row that saw no key).
+ */
+static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work) {
+    const attn__sdpa_plan *p = c->p;
+    int64_t qb = nqb - 1 - tb % nqb, bh = tb / nqb, b = bh / p->H, h = bh % p->H;
+    int64_t i0 = qb * p->bq, rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq, Dv = p->Dv;
+    size_t osz = c->piece_size - 2 * c->piece_ml;
+    int64_t so = c->out->stride[3];
+    for (int64_t r = 0; r < rows; ++r) {
+        T *orow = (T *)attn__at4(c->out, b, h, i0 + r, 0);
+        double rm = -INFINITY, rl = 0;
+        for (int64_t sp = 0; sp < c->nsplit; ++sp) {
+            const char *at = (const char *)work + c->off_pieces +
+                             (size_t)(tb * c->nsplit + sp) * c->piece_size;
+            const double *pm = (const double *)(at + osz), *pl = (const double *)(at + osz + c->piece_ml);
+            SFX(attn__softmax_merge_row)(orow, so, &rm, &rl, (const T *)at + r * Dv, pm[r], pl[r],
+                                         Dv);
+        }
+        bool live = rl != 0; /* NaN (a NaN score) propagates */
+        if (!live)
+            for (int64_t d = 0; d < Dv; ++d)
+                orow[d * so] = 0;
+        if (c->lse)
+            *(T *)attn__at3(c->lse, b, h, i0 + r) =
+                live ? (T)(rm + log(rl)) : (T)ATTN__SDPA_LSE_EMPTY;
+        if (c->mo.base) {
+            c->mo.base[b * c->mo.s0 + h * c->mo.s1 + i0 + r] = live ? rm : -INFINITY;
+            c->lo.base[b * c->lo.s0 + h * c->lo.s1 + i0 + r] = live ? rl : 0.0;
+        }
+    }
+}
+
+#undef SDPA_VEXP_TAIL
+#undef SDPA_FINITE
+#undef SDPA_BIAS_ROW
+#undef SDPA_KEEP_ROW

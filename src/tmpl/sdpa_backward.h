@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype body of attn_sdpa_backward (included by src/kernels/sdpa_backward.c between tmpl/dtype_on.h and dtype_off.h). */
+/* Per-dtype body of attn_sdpa_backward (included by src/kernels/sdpa_backward.c between
+ * tmpl/dtype_on.h and dtype_off.h). */
 
 /*
  * One (query block, key tile) pair of batch b, query head h (FlashAttention-2
@@ -23,7 +24,8 @@
  * S). exp(s - lse) <= 1 since lse >= max s.
  */
 static void SFX(bwd_row_sums)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                              char *wsp, const unsigned char *flag, double *sum, int64_t stride) {
+                              char *wsp, const unsigned char *flag, double *sum,
+                              int64_t stride) {
     const attn__sdpa_plan *p = c->p;
     T *S = (T *)(wsp + c->off_p);
     void *gw = c->gws ? wsp + c->off_gw : NULL;
@@ -95,7 +97,8 @@ static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, i
 static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, char *wsp) {
     const attn__sdpa_plan *p = c->p;
     int64_t rows = p->Tq - i0 < p->bq ? p->Tq - i0 : p->bq;
-    unsigned char *flag = (unsigned char *)((double *)((bwd_kap *)(wsp + c->off_kap) + 1) + p->bq);
+    unsigned char *flag =
+        (unsigned char *)((double *)((bwd_kap *)(wsp + c->off_kap) + 1) + p->bq);
     bool any = false;
     for (int64_t r = 0; r < rows; ++r) {
         double L = (double)*(const T *)attn__at3(c->lse, b, h, i0 + r);
@@ -103,14 +106,34 @@ static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i
         any = any || flag[r];
     }
     if (any)
-        SFX(bwd_row_sums)(c, b, h, i0, rows, wsp, flag,
-                          c->sums.base + b * c->sums.s0 + h * c->sums.s1 + i0, 1);
+        SFX(bwd_row_sums)
+        (c, b, h, i0, rows, wsp, flag, c->sums.base + b * c->sums.s0 + h * c->sums.s1 + i0, 1);
 }
+
+#if T_IS_F32
+#define SDPA_VEXP_TAIL attn__vexp_tail_f32
+#define SDPA_FINITE    attn__finite_f32
+#define SDPA_DS        attn__sdpa_ds_f32
+#else
+#define SDPA_VEXP_TAIL attn__vexp_tail_f64
+#define SDPA_FINITE    attn__finite_f64
+#define SDPA_DS        attn__sdpa_ds_f64
+#endif
 
 /* True when every element of the (rows, cols) block of a 2-D view is finite. */
 static bool SFX(all_finite)(const attn_view *v) {
     int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
     const T *x = (const T *)v->data;
+    if (r == 0 || n == 0) /* empty (data may be NULL: no pointer arithmetic on it) */
+        return true;
+    if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
+        if (s0 == n && r > 0)
+            return SDPA_FINITE(x, r * n);
+        for (int64_t i = 0; i < r; ++i)
+            if (!SDPA_FINITE(x + i * s0, n))
+                return false;
+        return true;
+    }
     T acc = 0;
     for (int64_t i = 0; i < r; ++i)
         for (int64_t j = 0; j < n; ++j)
@@ -154,11 +177,13 @@ static void SFX(bwd_tile_exact)(const bwd_ctx *c, int64_t b, int64_t h, int64_t 
             for (int64_t d = 0; d < D; ++d) {
                 if (want & WANT_DK) {
                     T *dkp = (T *)attn__at4(c->dk, b, hk, j, d);
-                    *dkp = (T)((double)*dkp + ds * (double)*(const T *)attn__at4(q, b, h, i, d));
+                    *dkp =
+                        (T)((double)*dkp + ds * (double)*(const T *)attn__at4(q, b, h, i, d));
                 }
                 if (want & WANT_DQ) {
                     T *dqp = (T *)attn__at4(c->dq, b, h, i, d);
-                    *dqp = (T)((double)*dqp + ds * (double)*(const T *)attn__at4(k, b, hk, j, d));
+                    *dqp =
+                        (T)((double)*dqp + ds * (double)*(const T *)attn__at4(k, b, hk, j, d));
                 }
             }
         }
@@ -180,20 +205,21 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
     const double *kap;
     const unsigned char *flag;
     SFX(bwd_kappa)(c, b, h, i0, rows, wsp, &kap, &flag);
-    attn__sdpa_scores(p, c->q, c->k, b, h, i0, rows, j0, cols, P, lds, gw, c->gws);
+    /* P = exp(S - lse) row by row while the row is in L1: bias and keep, exp, 0 past lim */
+    attn__sdpa_scores_gemm(p, c->q, c->k, b, h, i0, rows, j0, cols, P, lds, gw, c->gws);
     for (int64_t r = 0; r < rows; ++r) {
         int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
         lim = lim < 0 ? 0 : lim > cols ? cols : lim;
         T lse = *(const T *)attn__at3(c->lse, b, h, i0 + r);
         T *pr = P + r * lds;
+        attn__sdpa_mask_row(p, b, h, i0 + r, j0, lim, pr);
         if (flag[r]) { /* exact at any magnitude: s - lse (exact in T), minus the correction */
             for (int64_t j = 0; j < lim; ++j)
                 pr[j] -= lse;
-            T_VEXP_SUM(pr, lim, (T)kap[r]);
+            SDPA_VEXP_TAIL(pr, lim, cols, (T)kap[r]);
         } else {
-            T_VEXP_SUM(pr, lim, lse); /* masked (-inf) entries give exactly 0 */
+            SDPA_VEXP_TAIL(pr, lim, cols, lse); /* masked (-inf) entries give exactly 0 */
         }
-        memset(pr + lim, 0, (size_t)(cols - lim) * sizeof(T));
     }
     attn_view pv = attn__sdpa_buf(p->dt, P, rows, cols, lds);
     attn_view dov = attn__sdpa_rows(c->dout, b, h, i0, rows);
@@ -226,9 +252,8 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         double delta = 0;
         for (int64_t d = 0; d < Dv; ++d)
             delta += (double)orow[d * so] * (double)drow[d * sd];
-        T dl = (T)delta, *pr = P + r * lds, *dr = dS + r * lds;
-        for (int64_t j = 0; j < cols; ++j) /* a zero weight is an exact zero */
-            dr[j] = pr[j] == 0 ? 0 : pr[j] * (dr[j] - dl);
+        /* dS = P (dP - delta); a zero weight is an exact zero */
+        SDPA_DS(P + r * lds, dS + r * lds, cols, (T)delta);
     }
     if (want & WANT_DK) {
         attn_view qt = attn__sdpa_rows(c->q, b, h, i0, rows);
@@ -238,6 +263,11 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
     if (want & WANT_DQ) {
         attn_view kt = attn__sdpa_rows(c->k, b, hk, j0, cols);
         attn_view dqt = attn__sdpa_rows(c->dq, b, h, i0, rows);
-        attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, p->scale, &dsv, &kt, 1.0, &dqt, gw, c->gws);
+        attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, p->scale, &dsv, &kt, 1.0, &dqt, gw,
+                       c->gws);
     }
 }
+
+#undef SDPA_VEXP_TAIL
+#undef SDPA_FINITE
+#undef SDPA_DS
