@@ -163,7 +163,8 @@ ATTN_API size_t attn_mha_step_workspace_size(const attn_mha_config *cfg, const a
  * count); each split's partial (out, lse) is merged through the lse, the
  * same merge as ring attention. One pass over K and V: memory bound.
  * Rows with no visible key give out 0, lse -1e30. lse may be NULL. out
- * (B, H, Tq, D) must not overlap any input; k, v any strides.
+ * (B, H, Tq, D) and lse must not overlap any input, the len array
+ * included (ATTN_EALIAS); k, v any strides.
  * opts: scale, threads, split (keep, bias, n_new, rope must be unset:
  * ATTN_EINVAL). Workspace: attn_sdpa_decode_workspace_size; NULL/0
  * allocates. Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE,

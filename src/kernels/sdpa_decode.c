@@ -198,12 +198,15 @@ attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k, const attn_
     for (int d = 0; d < 4; ++d)
         if (out->shape[d] != q->shape[d] || (lse && d < 3 && lse->shape[d] != q->shape[d]))
             return ATTN_ESHAPE;
-    const attn_view *outs[2] = {out, lse}, *ins[3] = {q, k, v};
-    ATTN_TRY(attn__sdpa_check_aliasing(outs, 2, ins, 3));
+    /* len is read while out is written: its bytes are an input like q, k and v */
+    attn_view lenv;
+    attn_view_init(&lenv, ATTN_U8, (void *)len, 1, (int64_t[]){p.B * (int64_t)sizeof *len});
+    const attn_view *outs[2] = {out, lse}, *ins[4] = {q, k, v, &lenv};
+    ATTN_TRY(attn__sdpa_check_aliasing(outs, 2, ins, 4));
     void *owned = NULL;
     ATTN_TRY(attn__work_acquire(&work, &work_size, p.total, &owned));
-    const attn_view *all[5] = {q, k, v, out, lse};
-    if (!owned && attn__work_overlaps(work, p.total, all, lse ? 5 : 4))
+    const attn_view *all[6] = {q, k, v, &lenv, out, lse};
+    if (!owned && attn__work_overlaps(work, p.total, all, lse ? 6 : 5))
         return ATTN_EALIAS;
     /* the queries are the last Tq tokens of each batch's len: row i at len - Tq + i */
     int64_t *qp = (int64_t *)((char *)work + p.off_pos);
