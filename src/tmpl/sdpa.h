@@ -64,26 +64,7 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
     }
 }
 
-/* True when every element of the 2-D view v is finite. */
-static bool SFX(tile_finite)(const attn_view *v) {
-    int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
-    const T *x = (const T *)v->data;
-    if (r == 0 || n == 0) /* empty (data may be NULL: no pointer arithmetic on it) */
-        return true;
-    if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
-        if (s0 == n && r > 0)
-            return SDPA_FINITE(x, r * n);
-        for (int64_t i = 0; i < r; ++i)
-            if (!SDPA_FINITE(x + i * s0, n))
-                return false;
-        return true;
-    }
-    T acc = 0;
-    for (int64_t i = 0; i < r; ++i)
-        for (int64_t j = 0; j < n; ++j)
-            acc += x[i * s0 + j * s1] * 0; /* NaN and inf make it NaN */
-    return acc == 0;
-}
+#include "tmpl/view_finite.h"
 
 /*
  * One task of the forward: batch b, query head h, query rows i0..i0+rows.
@@ -147,7 +128,7 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
         /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
         attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
         attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
-        if (!checked || SFX(tile_finite)(&vt))
+        if (!checked || SFX(view_finite)(&vt))
             attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v,
                            gw, c->gws);
         else /* NaN or inf in v: skip the zero weights, 0 * NaN must not reach a row */

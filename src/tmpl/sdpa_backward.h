@@ -120,26 +120,7 @@ static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i
 #define SDPA_DS        attn__sdpa_ds_f64
 #endif
 
-/* True when every element of the (rows, cols) block of a 2-D view is finite. */
-static bool SFX(all_finite)(const attn_view *v) {
-    int64_t r = v->shape[0], n = v->shape[1], s0 = v->stride[0], s1 = v->stride[1];
-    const T *x = (const T *)v->data;
-    if (r == 0 || n == 0) /* empty (data may be NULL: no pointer arithmetic on it) */
-        return true;
-    if (s1 == 1 || n == 1) { /* rows of unit stride: the vectorized test per row */
-        if (s0 == n && r > 0)
-            return SDPA_FINITE(x, r * n);
-        for (int64_t i = 0; i < r; ++i)
-            if (!SDPA_FINITE(x + i * s0, n))
-                return false;
-        return true;
-    }
-    T acc = 0;
-    for (int64_t i = 0; i < r; ++i)
-        for (int64_t j = 0; j < n; ++j)
-            acc += x[i * s0 + j * s1] * 0; /* NaN or inf make acc NaN */
-    return acc == 0;
-}
+#include "tmpl/view_finite.h"
 
 /*
  * The tile's products by scalar loops in double, skipping every pair whose P is 0
@@ -229,9 +210,9 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         attn_view kt = attn__sdpa_rows(c->k, b, hk, j0, cols);
         attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
         attn_view ot = attn__sdpa_rows(c->out, b, h, i0, rows);
-        if (!SFX(all_finite)(&dov) || !SFX(all_finite)(&vt) || !SFX(all_finite)(&ot) ||
-            ((want & WANT_DK) && !SFX(all_finite)(&qt)) ||
-            ((want & WANT_DQ) && !SFX(all_finite)(&kt))) {
+        if (!SFX(view_finite)(&dov) || !SFX(view_finite)(&vt) || !SFX(view_finite)(&ot) ||
+            ((want & WANT_DK) && !SFX(view_finite)(&qt)) ||
+            ((want & WANT_DQ) && !SFX(view_finite)(&kt))) {
             SFX(bwd_tile_exact)(c, b, h, i0, rows, j0, cols, want, P, lds);
             return;
         }
