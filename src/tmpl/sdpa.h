@@ -211,9 +211,10 @@ static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work
         for (int64_t sp = 0; sp < c->nsplit; ++sp) {
             const char *at = (const char *)work + c->off_pieces +
                              (size_t)(tb * c->nsplit + sp) * c->piece_size;
-            const double *pm = (const double *)(at + osz), *pl = (const double *)(at + osz + c->piece_ml);
-            SFX(attn__softmax_merge_row)(orow, so, &rm, &rl, (const T *)at + r * Dv, pm[r], pl[r],
-                                         Dv);
+            const double *pm = (const double *)(at + osz),
+                         *pl = (const double *)(at + osz + c->piece_ml);
+            SFX(attn__softmax_merge_row)
+            (orow, so, &rm, &rl, (const T *)at + r * Dv, pm[r], pl[r], Dv);
         }
         bool live = rl != 0; /* NaN (a NaN score) propagates */
         if (!live)
