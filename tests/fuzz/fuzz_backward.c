@@ -22,21 +22,6 @@ static void shape_of(fz *f, int nd, const int64_t *dims, int64_t *sh, bool *off)
     }
 }
 
-/* Every output's elements, initial values as doubles (the references add to them). */
-static double *initial(const attn_view *v) {
-    int64_t n = fz_numel(v), idx[ATTN_MAX_DIMS] = {0};
-    double *d = malloc(sizeof(double) * (size_t)(n + 1));
-    for (int64_t e = 0; e < n; ++e) {
-        d[e] = fz_get(v, idx);
-        for (int k = v->ndim - 1; k >= 0; --k) {
-            if (++idx[k] < v->shape[k])
-                break;
-            idx[k] = 0;
-        }
-    }
-    return d;
-}
-
 /* Overwrite the elements of a float view with small dyadic values (e.g. for mean / rstd). */
 static void set_all(const attn_view *v, double (*fn)(int64_t)) {
     int64_t n = fz_numel(v), idx[ATTN_MAX_DIMS] = {0};
@@ -251,7 +236,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (expect_ok) {
         for (int i = 0; i < nout; ++i)
             if (out[i]) {
-                want[i] = initial(out[i]);
+                want[i] = fz_doubles(out[i]);
                 wv[i] = fz_f64_like(out[i], want[i]);
             }
         switch (kind) {

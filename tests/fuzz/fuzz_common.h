@@ -442,6 +442,43 @@ static inline void fz_check_close(const attn_view *got, const double *want, doub
     }
 }
 
+/* The elements of a float view (any strides) as a row-major double array (n + 1 long,
+ * so an empty view still gets a buffer); the caller frees it. */
+static inline double *fz_doubles(const attn_view *v) {
+    int64_t n = fz_numel(v), idx[ATTN_MAX_DIMS] = {0};
+    double *d = malloc(sizeof(double) * (size_t)(n + 1));
+    for (int64_t e = 0; e < n; ++e) {
+        d[e] = fz_get(v, idx);
+        for (int k = v->ndim - 1; k >= 0; --k) {
+            if (++idx[k] < v->shape[k])
+                break;
+            idx[k] = 0;
+        }
+    }
+    return d;
+}
+
+/* NumPy broadcasting of a mask view (at most 4 dims) to the 4-D shape `full`. */
+static inline bool fz_broadcasts(const attn_view *m, const int64_t *full) {
+    if (m->ndim > 4)
+        return false;
+    for (int k = 0; k < m->ndim; ++k) {
+        int64_t e = m->shape[k], want = full[4 - m->ndim + k];
+        if (e != want && e != 1)
+            return false;
+    }
+    return true;
+}
+
+static inline bool fz_same_shape(const attn_view *v, int ndim, const int64_t *shape) {
+    if (v->ndim != ndim)
+        return false;
+    for (int k = 0; k < ndim; ++k)
+        if (v->shape[k] != shape[k])
+            return false;
+    return true;
+}
+
 /* A contiguous F64 view over `buf` with the shape of v (for the references' outputs). */
 static inline attn_view fz_f64_like(const attn_view *v, double *buf) {
     attn_view w = {.data = buf, .dtype = ATTN_F64, .ndim = v->ndim};

@@ -5,21 +5,9 @@
 #include "../ref/ref_layers.h"
 #include "fuzz_common.h"
 
-/* v (any strides) -> a row-major double array. */
-static double *dense(const attn_view *v) {
-    int64_t n = fz_numel(v), idx[ATTN_MAX_DIMS] = {0};
-    double *d = malloc(sizeof(double) * (size_t)(n + 1));
-    for (int64_t e = 0; e < n; ++e) {
-        d[e] = fz_get(v, idx);
-        for (int k = v->ndim - 1; k >= 0; --k) {
-            if (++idx[k] < v->shape[k])
-                break;
-            idx[k] = 0;
-        }
-    }
-    return d;
+static double *dense_opt(const attn_view *v, bool present) {
+    return present ? fz_doubles(v) : NULL;
 }
-static double *dense_opt(const attn_view *v, bool present) { return present ? dense(v) : NULL; }
 
 /*
  * A matrix operand with no unit stride in its last two dims is packed by
@@ -89,12 +77,12 @@ static void ref_mha(const attn_mha_config *c, const attn_mha_params *p, const at
                         .causal = o ? (int)o->causal : 0,
                         .keep = keep,
                         .kv_len = o ? o->kv_len : NULL};
-    double *m[10] = {dense(xq),
-                     dense(xkv),
-                     dense(&p->wq),
-                     dense(&p->wk),
-                     dense(&p->wv),
-                     dense(&p->wo),
+    double *m[10] = {fz_doubles(xq),
+                     fz_doubles(xkv),
+                     fz_doubles(&p->wq),
+                     fz_doubles(&p->wk),
+                     fz_doubles(&p->wv),
+                     fz_doubles(&p->wo),
                      dense_opt(&p->bq, c->bias),
                      dense_opt(&p->bk, c->bias),
                      dense_opt(&p->bv, c->bias),
@@ -107,7 +95,7 @@ static void ref_mha(const attn_mha_config *c, const attn_mha_params *p, const at
 }
 static void ref_ffn(const attn_ffn_config *c, const attn_ffn_params *p, int64_t n,
                     const double *x, double *y) {
-    double *m[4] = {dense(&p->w1), dense_opt(&p->b1, c->bias), dense(&p->w2),
+    double *m[4] = {fz_doubles(&p->w1), dense_opt(&p->b1, c->bias), fz_doubles(&p->w2),
                     dense_opt(&p->b2, c->bias)};
     ref_l_ffn(n, c->d_model, c->d_ff, (int)c->act, x, m[0], m[1], m[2], m[3], y);
     for (int i = 0; i < 4; ++i)
@@ -124,7 +112,7 @@ static void ref_encoder(const attn_encoder_config *c, const attn_encoder_params 
                         const attn_view *x, const attn_sdpa_opts *o, const uint8_t *keep,
                         double *y) {
     int64_t B = x->shape[0], T = x->shape[1], C = c->mha.d_model, n = B * T * C;
-    double *xd = dense(x), *t = malloc(sizeof(double) * (size_t)(n + 1));
+    double *xd = fz_doubles(x), *t = malloc(sizeof(double) * (size_t)(n + 1));
     double *r = malloc(sizeof(double) * (size_t)(n + 1)),
            *u = malloc(sizeof(double) * (size_t)(n + 1));
     double *g[4] = {dense_opt(&p->ln1_g, c->ln_affine), dense_opt(&p->ln1_b, c->ln_affine),
@@ -316,7 +304,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (kind == 0)
             ref_mha(&mr, &mp, &x, cross ? &xkv : &x, op, kd, want);
         else if (kind == 1) {
-            double *xd = dense(&x);
+            double *xd = fz_doubles(&x);
             ref_ffn(&fr, &fp, B * T, xd, want);
             free(xd);
         } else

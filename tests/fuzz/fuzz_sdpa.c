@@ -24,27 +24,6 @@ static int mask_shape(fz *f, const int64_t *full, int64_t *shape) {
     return nd;
 }
 
-/* NumPy broadcasting of a mask view to (B, H, Tq, Tk). */
-static bool broadcasts(const attn_view *m, const int64_t *full) {
-    if (m->ndim > 4)
-        return false;
-    for (int k = 0; k < m->ndim; ++k) {
-        int64_t e = m->shape[k], want = full[4 - m->ndim + k];
-        if (e != want && e != 1)
-            return false;
-    }
-    return true;
-}
-
-static bool same_shape(const attn_view *v, int ndim, const int64_t *shape) {
-    if (v->ndim != ndim)
-        return false;
-    for (int k = 0; k < ndim; ++k)
-        if (v->shape[k] != shape[k])
-            return false;
-    return true;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
     attn_dtype dt = fz_bool(&f) ? ATTN_F64 : ATTN_F32;
@@ -108,11 +87,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < 3; ++i)
         ok = ok && (!outs[i] || attn_view_check(outs[i]) == ATTN_OK);
     ok = ok && k.dtype == dt && v.dtype == dt && out.dtype == dt;
-    ok = ok && same_shape(&out, 4, so) && (Hkv > 0 ? H % Hkv == 0 : H == 0);
-    ok = ok && (!o.keep || (keep.dtype == ATTN_U8 && broadcasts(&keep, sw)));
-    ok = ok && (!o.bias || (bias.dtype == dt && broadcasts(&bias, sw)));
-    ok = ok && (!o.weights || (weights.dtype == dt && same_shape(&weights, 4, sw)));
-    ok = ok && (!o.lse || (lse.dtype == dt && same_shape(&lse, 3, sq)));
+    ok = ok && fz_same_shape(&out, 4, so) && (Hkv > 0 ? H % Hkv == 0 : H == 0);
+    ok = ok && (!o.keep || (keep.dtype == ATTN_U8 && fz_broadcasts(&keep, sw)));
+    ok = ok && (!o.bias || (bias.dtype == dt && fz_broadcasts(&bias, sw)));
+    ok = ok && (!o.weights || (weights.dtype == dt && fz_same_shape(&weights, 4, sw)));
+    ok = ok && (!o.lse || (lse.dtype == dt && fz_same_shape(&lse, 3, sq)));
     for (int64_t b = 0; ok && o.kv_len && b < B; ++b)
         ok = kv_len[b] >= 0 && kv_len[b] <= Tk;
     ok = ok && (unsigned)o.causal <= ATTN_CAUSAL_BOTTOM_RIGHT &&

@@ -27,25 +27,6 @@ static int mask_shape(fz *f, const int64_t *full, int64_t *shape) {
     }
     return nd;
 }
-static bool broadcasts(const attn_view *m, const int64_t *full) {
-    if (m->ndim > 4)
-        return false;
-    for (int k = 0; k < m->ndim; ++k) {
-        int64_t e = m->shape[k], want = full[4 - m->ndim + k];
-        if (e != want && e != 1)
-            return false;
-    }
-    return true;
-}
-static bool same_shape(const attn_view *v, int ndim, const int64_t *shape) {
-    if (v->ndim != ndim)
-        return false;
-    for (int k = 0; k < ndim; ++k)
-        if (v->shape[k] != shape[k])
-            return false;
-    return true;
-}
-
 /* Write want (row-major doubles) into the float view v, element by element. */
 static void store(const attn_view *v, const double *want) {
     int64_t n = fz_numel(v), idx[ATTN_MAX_DIMS] = {0};
@@ -101,20 +82,6 @@ static void store_const(const attn_view *v, double x) {
     store(v, d);
     free(d);
 }
-static double *initial(const attn_view *v) {
-    int64_t n = fz_numel(v), idx[ATTN_MAX_DIMS] = {0};
-    double *d = malloc(sizeof(double) * (size_t)(n + 1));
-    for (int64_t e = 0; e < n; ++e) {
-        d[e] = fz_get(v, idx);
-        for (int k = v->ndim - 1; k >= 0; --k) {
-            if (++idx[k] < v->shape[k])
-                break;
-            idx[k] = 0;
-        }
-    }
-    return d;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
     attn_dtype dt = fz_bool(&f) ? ATTN_F64 : ATTN_F32;
@@ -186,11 +153,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
          dout.dtype == dt;
     for (int i = 0; i < 3; ++i)
         ok = ok && (!g[i] || g[i]->dtype == dt);
-    ok = ok && same_shape(&lse, 3, sq) && (Hkv > 0 ? H % Hkv == 0 : H == 0);
+    ok = ok && fz_same_shape(&lse, 3, sq) && (Hkv > 0 ? H % Hkv == 0 : H == 0);
     for (int d = 0; d < 4; ++d)
         ok = ok && sq[d] >= 0 && sk[d] >= 0 && sv[d] >= 0;
-    ok = ok && (!o.keep || (keep.dtype == ATTN_U8 && broadcasts(&keep, sw)));
-    ok = ok && (!o.bias || (bias.dtype == dt && broadcasts(&bias, sw)));
+    ok = ok && (!o.keep || (keep.dtype == ATTN_U8 && fz_broadcasts(&keep, sw)));
+    ok = ok && (!o.bias || (bias.dtype == dt && fz_broadcasts(&bias, sw)));
     for (int64_t b = 0; ok && o.kv_len && b < B; ++b)
         ok = kv_len[b] >= 0 && kv_len[b] <= Tk;
     ok = ok && (unsigned)o.causal <= ATTN_CAUSAL_BOTTOM_RIGHT &&
@@ -264,7 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             ref_sdpa_backward(&q, &k, &v, &o, &dout, &rv[0], &rv[1], &rv[2]);
         for (int i = 0; i < 3; ++i) {
             if (g[i]) {
-                want[i] = initial(g[i]);
+                want[i] = fz_doubles(g[i]);
                 for (int64_t e = 0; e < fz_numel(g[i]); ++e)
                     want[i][e] += r[i][e];
             }
