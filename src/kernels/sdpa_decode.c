@@ -14,14 +14,7 @@
 #include "attn_config.h"
 #include "kernels/lse_merge.h"
 #include "kernels/sdpa_decode_internal.h"
-
-/* One build for every x86-64 CPU: the K and V loops get AVX2 / AVX-512 clones (vexp.c). */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
-    (!defined(__clang__) || __clang_major__ >= 15)
-#define DEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define DEC_CLONES
-#endif
+#include "kernels/simd.h"
 
 enum {
     BLK = 128,      /* keys per score block: K and V blocks stay in L1/L2 between rows */

@@ -17,22 +17,11 @@
 #include <string.h>
 
 #include "kernels/kernels_internal.h"
-
-/* One build for every x86-64 CPU: SSE2 baseline, AVX2 and AVX-512 clones picked at load time.
- */
-/* (not with clang < 15: it names the ifunc "f.ifunc", so other files' calls do not link) */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
-    (!defined(__clang__) || __clang_major__ >= 15)
-#define VEXP_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define VEXP_CLONES
-#endif
+#include "kernels/simd.h"
 
 /*
- * exp(x) in float, Cephes' expf scheme: n = round(x log2 e) by the 1.5*2^23
- * shifter, r = x - n ln2 in two parts (ln2_hi has 9 bits, so n ln2_hi is
- * exact), exp(r) by a degree-7 polynomial on |r| <= ln2/2, times 2^n built in
- * the exponent bits. Max relative error about 1e-7 on [-87.3, 88.7]. Below
+ * exp(x) in float: attn__exp_core_f32 (kernels/simd.h, Cephes' expf scheme) on x
+ * clamped to the normal range. Max relative error about 1e-7 on [-87.3, 88.7]. Below
  * the smallest normal result it returns exactly 0 (so exp(-inf) = 0), above
  * the largest +inf, and NaN stays NaN. Branch-free so loops vectorize.
  */
@@ -40,21 +29,7 @@ static inline __attribute__((always_inline)) float exp_f32(float x) {
     const float hi = 88.3762626647949f, lo = -87.3365447504f;
     float xc = x < hi ? x : hi; /* NaN -> hi: (int32_t)NaN below would be undefined */
     xc = xc > lo ? xc : lo;
-    const float shifter = 12582912.0f;
-    float n = (xc * 1.44269504088896341f + shifter) - shifter;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * (r * r) + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) * (1 << 23);
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    y = y * two_n;
+    float y = attn__exp_core_f32(xc, 0);
     y = x < lo ? 0.0f : y;
     y = x > hi ? INFINITY : y;
     return x != x ? x : y;
@@ -63,7 +38,7 @@ static inline __attribute__((always_inline)) float exp_f32(float x) {
 /* 16 independent partial sums / maxima: a fixed order the vectorizer can keep. */
 #define LANES 16
 
-VEXP_CLONES float attn__vexp_sum_f32(float *x, int64_t n, float m) {
+ATTN_CLONES float attn__vexp_sum_f32(float *x, int64_t n, float m) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -83,7 +58,7 @@ VEXP_CLONES float attn__vexp_sum_f32(float *x, int64_t n, float m) {
     return s;
 }
 
-VEXP_CLONES float attn__vmax_f32(const float *x, int64_t n) {
+ATTN_CLONES float attn__vmax_f32(const float *x, int64_t n) {
     float acc[LANES];
     for (int k = 0; k < LANES; ++k)
         acc[k] = -INFINITY;
@@ -117,7 +92,7 @@ double attn__vexp_sum_f64(double *x, int64_t n, double m) {
     return s + ((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
-VEXP_CLONES double attn__vmax_f64(const double *x, int64_t n) {
+ATTN_CLONES double attn__vmax_f64(const double *x, int64_t n) {
     double acc[LANES / 2];
     for (int k = 0; k < LANES / 2; ++k)
         acc[k] = -INFINITY;
@@ -176,14 +151,14 @@ static inline __attribute__((always_inline)) double exp_f64(double x) {
     return x != x ? x : y;
 }
 
-VEXP_CLONES float attn__vexp_tail_f32(float *x, int64_t lim, int64_t n, float m) {
+ATTN_CLONES float attn__vexp_tail_f32(float *x, int64_t lim, int64_t n, float m) {
     float s = attn__vexp_sum_f32(x, lim, m);
     for (int64_t i = lim; i < n; ++i)
         x[i] = 0.0f;
     return s;
 }
 
-VEXP_CLONES double attn__vexp_tail_f64(double *x, int64_t lim, int64_t n, double m) {
+ATTN_CLONES double attn__vexp_tail_f64(double *x, int64_t lim, int64_t n, double m) {
     double acc[LANES / 2] = {0};
     int64_t i = 0;
     for (; i + LANES / 2 <= lim; i += LANES / 2)
@@ -209,7 +184,7 @@ VEXP_CLONES double attn__vexp_tail_f64(double *x, int64_t lim, int64_t n, double
 #pragma GCC push_options
 #pragma GCC optimize("vect-cost-model=dynamic")
 #endif
-VEXP_CLONES void attn__sdpa_ds_f32(const float *restrict p, float *restrict d, int64_t n,
+ATTN_CLONES void attn__sdpa_ds_f32(const float *restrict p, float *restrict d, int64_t n,
                                    float dl) {
     for (int64_t i = 0; i < n; ++i) {
         float pi = p[i], v = pi * (d[i] - dl);
@@ -217,7 +192,7 @@ VEXP_CLONES void attn__sdpa_ds_f32(const float *restrict p, float *restrict d, i
     }
 }
 
-VEXP_CLONES void attn__sdpa_ds_f64(const double *restrict p, double *restrict d, int64_t n,
+ATTN_CLONES void attn__sdpa_ds_f64(const double *restrict p, double *restrict d, int64_t n,
                                    double dl) {
     for (int64_t i = 0; i < n; ++i) {
         double pi = p[i], v = pi * (d[i] - dl);
@@ -226,14 +201,15 @@ VEXP_CLONES void attn__sdpa_ds_f64(const double *restrict p, double *restrict d,
 }
 
 /* Bias and keep on a contiguous score row (sdpa's mask_row): a -inf bias masks even NaN. */
-VEXP_CLONES void attn__sdpa_bias_row_f32(float *restrict s, const float *restrict b, int64_t n) {
+ATTN_CLONES void attn__sdpa_bias_row_f32(float *restrict s, const float *restrict b,
+                                         int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         float bv = b[i], v = s[i] + bv;
         s[i] = bv == -INFINITY ? bv : v;
     }
 }
 
-VEXP_CLONES void attn__sdpa_bias_row_f64(double *restrict s, const double *restrict b,
+ATTN_CLONES void attn__sdpa_bias_row_f64(double *restrict s, const double *restrict b,
                                          int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         double bv = b[i], v = s[i] + bv;
@@ -241,12 +217,13 @@ VEXP_CLONES void attn__sdpa_bias_row_f64(double *restrict s, const double *restr
     }
 }
 
-VEXP_CLONES void attn__sdpa_keep_row_f32(float *restrict s, const uint8_t *restrict k, int64_t n) {
+ATTN_CLONES void attn__sdpa_keep_row_f32(float *restrict s, const uint8_t *restrict k,
+                                         int64_t n) {
     for (int64_t i = 0; i < n; ++i)
         s[i] = k[i] ? s[i] : -INFINITY;
 }
 
-VEXP_CLONES void attn__sdpa_keep_row_f64(double *restrict s, const uint8_t *restrict k,
+ATTN_CLONES void attn__sdpa_keep_row_f64(double *restrict s, const uint8_t *restrict k,
                                          int64_t n) {
     for (int64_t i = 0; i < n; ++i)
         s[i] = k[i] ? s[i] : -INFINITY;
@@ -257,7 +234,7 @@ VEXP_CLONES void attn__sdpa_keep_row_f64(double *restrict s, const uint8_t *rest
 #endif
 
 /* Integer tests of the exponent field (all ones: inf or NaN): vectorizable at any ISA. */
-VEXP_CLONES bool attn__finite_f32(const float *x, int64_t n) {
+ATTN_CLONES bool attn__finite_f32(const float *x, int64_t n) {
     uint32_t acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -279,7 +256,7 @@ VEXP_CLONES bool attn__finite_f32(const float *x, int64_t n) {
     return mx != 0x7f800000u;
 }
 
-VEXP_CLONES bool attn__finite_f64(const double *x, int64_t n) {
+ATTN_CLONES bool attn__finite_f64(const double *x, int64_t n) {
     const uint64_t e = 0x7ff0000000000000u;
     uint64_t acc[LANES / 2] = {0};
     int64_t i = 0;

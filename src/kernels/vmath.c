@@ -14,43 +14,20 @@
 #include <string.h>
 
 #include "kernels/rows.h"
-
-/* One build for every x86-64 CPU: SSE2 baseline, AVX2 and AVX-512 clones picked at load time. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
-    (!defined(__clang__) || __clang_major__ >= 15)
-#define VMATH_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define VMATH_CLONES
-#endif
+#include "kernels/simd.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
 /*
  * exp(x) * 2^64 for x in [-120, 0] (clamped there; below, the callers' results
- * are 0 after the 2^-64 they apply last). Cephes' expf scheme, as vexp.c's
- * exp_f32: n = round(x log2 e), r = x - n ln2 in two parts, a degree-7
- * polynomial on |r| <= ln2/2 (relative error about 1e-7), times 2^(n+64) put
- * in the exponent bits. The 2^64 keeps every intermediate normal, so that a
+ * are 0 after the 2^-64 they apply last): vexp.c's exp core (kernels/simd.h)
+ * with 2^(n+64) in the exponent bits. The 2^64 keeps every intermediate normal, so that a
  * result in the subnormal range is rounded once, by the caller's last product.
  */
 INLINE float exp_s64(float x) {
     float xc = x > -120.0f ? x : -120.0f; /* NaN -> -120; callers pass NaN through */
     xc = xc < 0.0f ? xc : 0.0f;
-    const float shifter = 12582912.0f;
-    float n = (xc * 1.44269504088896341f + shifter) - shifter;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * (r * r) + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127 + 64) * (1 << 23);
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return y * two_n;
+    return attn__exp_core_f32(xc, 64);
 }
 
 #define TWO_M64 5.42101086242752217e-20f /* 2^-64 */
@@ -117,8 +94,8 @@ INLINE phi_parts phi_eval(float x) {
 /* GELU erf: x Phi(x). */
 INLINE float gelu_erf1(float x) {
     phi_parts p = phi_eval(x);
-    float neg = (x * p.tail64) * TWO_M64;          /* x < 0: x * 0.5 erfc(a), rounded once */
-    float pos = x * (1.0f - p.tail64 * TWO_M64);   /* x >= 2 */
+    float neg = (x * p.tail64) * TWO_M64;        /* x < 0: x * 0.5 erfc(a), rounded once */
+    float pos = x * (1.0f - p.tail64 * TWO_M64); /* x >= 2 */
     float y = p.in_mid ? x * p.mid : x < 0.0f ? neg : pos;
     return x != x ? x : y;
 }
@@ -178,7 +155,7 @@ INLINE float gelu_tanh_grad1(float x) {
     return x != x ? x : g;
 }
 
-VMATH_CLONES void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_t n) {
+ATTN_CLONES void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_t n) {
     if (act == ATTN_ACT_GELU_ERF)
         for (int64_t i = 0; i < n; ++i)
             y[i] = gelu_erf1(x[i]);
@@ -187,8 +164,8 @@ VMATH_CLONES void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_
             y[i] = gelu_tanh1(x[i]);
 }
 
-VMATH_CLONES void attn__vgelu_grad_f32(attn_act act, const float *x, const float *dy, float *dx,
-                                       int64_t n, bool accumulate) {
+ATTN_CLONES void attn__vgelu_grad_f32(attn_act act, const float *x, const float *dy, float *dx,
+                                      int64_t n, bool accumulate) {
     bool erf = act == ATTN_ACT_GELU_ERF;
     if (accumulate && erf)
         for (int64_t i = 0; i < n; ++i)

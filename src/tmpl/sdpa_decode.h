@@ -31,8 +31,8 @@ static inline __attribute__((always_inline)) T SFX(hsum)(const SFX(vec) * v) {
 }
 #endif
 
-DEC_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64_t ldk,
-                                 int64_t n, int64_t D, T scale, T *restrict s) {
+ATTN_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64_t ldk,
+                                  int64_t n, int64_t D, T scale, T *restrict s) {
 #if defined(__GNUC__) && T_IS_F32 && (defined(__clang__) || __GNUC__ >= 12)
     /*
      * Four keys at a time: their 16-lane sums are halved and transposed
@@ -117,8 +117,8 @@ DEC_CLONES static void SFX(dots)(const T *restrict q, const T *restrict k, int64
 }
 
 /* acc += sum_j p[j] v_j for n values v_j = v + j ldv (unit stride in D), four keys a pass. */
-DEC_CLONES static void SFX(axpys)(T *restrict acc, const T *restrict p, const T *restrict v,
-                                  int64_t ldv, int64_t n, int64_t D) {
+ATTN_CLONES static void SFX(axpys)(T *restrict acc, const T *restrict p, const T *restrict v,
+                                   int64_t ldv, int64_t n, int64_t D) {
     int64_t j = 0;
 #if defined(__GNUC__)
     if (D % SFX(NL) == 0) {
