@@ -250,6 +250,7 @@ static void blas_call(const gemm_plan *p, double alpha, const void *a, const voi
     }
     enum CBLAS_TRANSPOSE tA = fa.trans ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tB = fb.trans ? CblasTrans : CblasNoTrans;
+    attn__blas_serial_guard();
     if (p->es == 4)
         cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, (float)alpha, (const float *)A,
                     (int)fa.ld, (const float *)B, (int)fb.ld, (float)beta, (float *)c, ldc);

@@ -150,6 +150,8 @@ ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 ATTN_HIDDEN void attn__blas_serial_begin(int nthreads);
 ATTN_HIDDEN void attn__blas_serial_end(int nthreads);
+/* Before every BLAS call: keeps it serial on a thread serving attn__parallel_for. */
+ATTN_HIDDEN void attn__blas_serial_guard(void);
 
 /*
  * Vectorized exponentials (src/vexp.c): x[i] := exp(x[i] - m) for i < n,

@@ -158,7 +158,17 @@ static struct {
 
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
+#if ATTN_HAVE_OPENMP
+static bool team_used;    /* this process ran a loop in an OpenMP team */
+static bool team_unusable; /* a child of such a process: its first region would hang */
+#endif
+
 static void pool_after_fork(void) {
+#if ATTN_HAVE_OPENMP
+    /* libgomp keeps the parent's thread pool in its records, and the child's
+       next parallel region waits for those threads forever (GCC PR 60035) */
+    team_unusable = team_unusable || team_used;
+#endif
     /* the child has none of the parent's workers: start over */
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
@@ -273,6 +283,136 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
         fn(ctx, t, 0);
 }
 
+/* ---- the loop on the pthread OpenBLAS's own threads ------------------------------ */
+
+#if ATTN_HAVE_OPENBLAS_THREADS
+/* The pthread OpenBLAS's thread server: runs function(args + i * stride) for
+   i < n, i = 0 on the calling thread and the others on its workers, and
+   returns when all have returned (exported by Debian's libopenblas0-pthread
+   since 0.2; absent from the OpenMP build, hence weak). */
+extern int gotoblas_pthread(int n, void *function, void *args, int stride) __attribute__((weak));
+
+typedef struct {
+    job *j;
+    int  tid;
+} server_share;
+
+/* Release/acquire pairs around the server's own (uninstrumented) hand-over,
+   so that ThreadSanitizer sees the order the server guarantees. */
+static atomic_uint server_posted, server_done;
+static _Thread_local bool on_server; /* this thread runs attn tasks for the server */
+
+static void server_share_run(void *arg) {
+    (void)atomic_load_explicit(&server_posted, memory_order_acquire);
+    server_share *s = arg;
+    on_server = true;
+    run_tasks(s->j, s->tid);
+    on_server = false;
+    atomic_fetch_add_explicit(&server_done, 1, memory_order_release);
+}
+
+/* Run the loop on the pthread OpenBLAS's threads, if the BLAS is that build
+   and has nthreads of them; false if it cannot take the loop. */
+static bool run_on_blas_server(job *j, int nthreads) {
+    if (!gotoblas_pthread || blas_parallel() != BLAS_PTHREAD)
+        return false;
+#if ATTN_HAVE_OPENMP
+    if (omp_in_parallel()) /* the server warns on stderr there */
+        return false;
+#endif
+    if (openblas_get_num_threads() < nthreads)
+        return false;
+    server_share share[ATTN__MAX_THREADS];
+    for (int i = 0; i < nthreads; ++i)
+        share[i] = (server_share){j, i};
+    attn__blas_serial_begin(nthreads);
+    atomic_fetch_add_explicit(&server_posted, 1, memory_order_release);
+    gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
+    (void)atomic_load_explicit(&server_done, memory_order_acquire);
+    attn__blas_serial_end(nthreads);
+    return true;
+}
+#else
+static bool run_on_blas_server(job *j, int nthreads) { (void)j, (void)nthreads; return false; }
+#endif
+
+void attn__blas_serial_guard(void) {
+#if ATTN_HAVE_OPENBLAS_THREADS
+    /* A threaded call from a server worker would wait for a free worker, itself,
+       forever: if another thread raised the count during the loop, lower it again
+       (attn__blas_serial_end then restores the raised count). */
+    if (on_server && openblas_get_num_threads() != 1) {
+        pthread_mutex_lock(&serial_lock);
+        int k = openblas_get_num_threads();
+        if (k != 1) {
+            serial_saved = k;
+            openblas_set_num_threads(1);
+        }
+        pthread_mutex_unlock(&serial_lock);
+    }
+#endif
+}
+
+/* ---- the loop in the OpenMP OpenBLAS's own team ------------------------------------ */
+
+#if ATTN_HAVE_OPENMP
+/* Run the loop in an OpenMP team if the BLAS is OpenBLAS's OpenMP build: its
+   threads are the BLAS's (one libgomp pool in the process), and a BLAS call
+   inside a parallel region is serial. false if it cannot take the loop. */
+static bool run_in_omp_team(job *j, int nthreads) {
+    if (blas_parallel() != BLAS_OPENMP || omp_in_parallel() || team_unusable)
+        return false;
+    if (!team_used) {
+        pthread_once(&pool_once, pool_register);
+        team_used = true;
+    }
+#pragma omp parallel num_threads(nthreads)
+    run_tasks(j, omp_get_thread_num());
+    return true;
+}
+#else
+static bool run_in_omp_team(job *j, int nthreads) { (void)j, (void)nthreads; return false; }
+#endif
+
+/* ---- the loop ------------------------------------------------------------------- */
+
+/* The loop on attn's own pool; the caller holds pool.in_use. */
+static void run_on_pool(job *j) {
+    pthread_mutex_lock(&pool.lock);
+    j->want = ensure_workers(j->want);
+    pthread_mutex_unlock(&pool.lock);
+
+    attn__blas_serial_begin(j->want + 1); /* before any task runs */
+    pthread_mutex_lock(&pool.lock);
+    pool.cur = j;
+    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+#if ATTN_HAVE_OPENMP
+    int icv = omp_get_max_threads(); /* the caller's; an OpenMP BLAS reads it per call */
+    if (icv > 1)
+        omp_set_num_threads(1);
+#endif
+    run_tasks(j, 0);
+#if ATTN_HAVE_OPENMP
+    if (icv > 1)
+        omp_set_num_threads(icv);
+#endif
+
+    /* wait only for workers that joined: briefly awake, then asleep */
+    double until = now_ns() + ATTN__SPIN_NS;
+    while (atomic_load(&j->busy) > 0 && now_ns() < until)
+        for (int i = 0; i < 64; ++i)
+            cpu_relax();
+    pthread_mutex_lock(&pool.lock);
+    pool.cur = NULL; /* a worker waking from now on joins nothing */
+    while (atomic_load(&j->busy) > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    attn__blas_serial_end(j->want + 1);
+}
+
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
     if (nthreads > ntasks)
         nthreads = (int)ntasks;
@@ -284,43 +424,19 @@ void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *c
     atomic_init(&j.next, 0);
     atomic_init(&j.busy, 0);
     pthread_mutex_lock(&pool.lock);
-    if (pool.in_use) { /* another user thread's loop has the pool */
+    if (pool.in_use) { /* another user thread's loop is running */
         pthread_mutex_unlock(&pool.lock);
         run_serial(ntasks, fn, ctx);
         return;
     }
-    j.want = ensure_workers(j.want);
     pool.in_use = true;
     pthread_mutex_unlock(&pool.lock);
 
-    attn__blas_serial_begin(j.want + 1); /* before any task runs */
-    pthread_mutex_lock(&pool.lock);
-    pool.cur = &j;
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
+    /* the BLAS's own threads if it lends them, else attn's */
+    if (!run_on_blas_server(&j, nthreads) && !run_in_omp_team(&j, nthreads))
+        run_on_pool(&j);
 
-#if ATTN_HAVE_OPENMP
-    int icv = omp_get_max_threads(); /* the caller's; an OpenMP BLAS reads it per call */
-    if (icv > 1)
-        omp_set_num_threads(1);
-#endif
-    run_tasks(&j, 0);
-#if ATTN_HAVE_OPENMP
-    if (icv > 1)
-        omp_set_num_threads(icv);
-#endif
-
-    /* wait only for workers that joined: briefly awake, then asleep */
-    double until = now_ns() + ATTN__SPIN_NS;
-    while (atomic_load(&j.busy) > 0 && now_ns() < until)
-        for (int i = 0; i < 64; ++i)
-            cpu_relax();
     pthread_mutex_lock(&pool.lock);
-    pool.cur = NULL; /* a worker waking from now on joins nothing */
-    while (atomic_load(&j.busy) > 0)
-        pthread_cond_wait(&pool.done, &pool.lock);
     pool.in_use = false;
     pthread_mutex_unlock(&pool.lock);
-    attn__blas_serial_end(j.want + 1);
 }
