@@ -2,6 +2,9 @@
 /* Check suite: 8 threads run every public forward and backward at once, bit-identical to
  * serial. */
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -525,6 +528,51 @@ START_TEST(th_eight_threads_bit_identical) {
 }
 END_TEST
 
+/* One threaded sdpa (B 1, H 4, T 128, D 32) into out. */
+static attn_status fork_sdpa(float *buf, float *out, void *work, size_t wn) {
+    int64_t sh[4] = {1, 4, 128, 32};
+    attn_view q, k, v, o;
+    size_t n = 4 * 128 * 32;
+    attn_view_init(&q, ATTN_F32, buf, 4, sh);
+    attn_view_init(&k, ATTN_F32, buf + n, 4, sh);
+    attn_view_init(&v, ATTN_F32, buf + 2 * n, 4, sh);
+    attn_view_init(&o, ATTN_F32, out, 4, sh);
+    attn_sdpa_opts opts = {.threads = 2};
+    if (attn_sdpa_workspace_size(&q, &k, &v, &opts) > wn)
+        return ATTN_ENOMEM;
+    return attn_sdpa(&q, &k, &v, &opts, &o, work, wn);
+}
+
+/* A threaded call in the parent, then fork: the child's threaded call finishes with the
+   same bytes (with the OpenMP OpenBLAS the parent's libgomp pool is dead in the child, so
+   attn must not start a team there; the pthread OpenBLAS restarts its server). */
+START_TEST(th_fork_child) {
+    size_t n = 4 * 128 * 32, wn = (size_t)1 << 22;
+    float *buf = malloc(3 * n * sizeof *buf), *a = malloc(n * sizeof *a);
+    float *b = malloc(n * sizeof *b);
+    void *work = malloc(wn);
+    ck_assert(buf && a && b && work);
+    for (size_t i = 0; i < 3 * n; ++i)
+        buf[i] = (float)((i * 7919u) % 1000u) / 500.0f - 1.0f;
+    ck_assert_int_eq(fork_sdpa(buf, a, work, wn), ATTN_OK);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGALRM, SIG_DFL); /* Check's own timer handler would kill the group */
+        alarm(60);                /* a hang ends the child with SIGALRM */
+        int bad = fork_sdpa(buf, b, work, wn) != ATTN_OK || memcmp(a, b, n * sizeof *a) != 0;
+        _exit(bad);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "the child's sdpa did not finish (signal %d)",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    ck_assert_msg(WEXITSTATUS(status) == 0, "the child's sdpa failed or differs");
+    free(buf), free(a), free(b), free(work);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("concurrency");
@@ -532,6 +580,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, th_serial_repeatable);
     tcase_add_test(tc, th_eight_threads_bit_identical);
+    tcase_add_test(tc, th_fork_child);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -135,8 +135,10 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
  * region; never more than `tasks` or ATTN__MAX_THREADS.
  * attn__parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for
  * every task in [0, ntasks), claimed one at a time in increasing order, on the
- * caller's thread (tid 0) and up to nthreads - 1 of attn's pool workers (tids
- * 1..); tid < nthreads always, so per-thread scratch can be indexed by it. It
+ * caller's thread (tid 0) and up to nthreads - 1 other threads (tids 1..): the
+ * BLAS's own (pthread OpenBLAS's server, OpenMP OpenBLAS's libgomp team) when
+ * it lends them, else attn's pool workers; tid < nthreads always, so
+ * per-thread scratch can be indexed by it. It
  * keeps every BLAS call inside the loop single-threaded (no-op for one thread)
  * and returns when every task is done. Idle workers sleep after
  * ATTN__SPIN_NS. attn__blas_serial_begin/end(nthreads) are that BLAS bracket

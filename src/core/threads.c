@@ -19,34 +19,32 @@
  * measurements behind every rule here).
  *
  * attn parallelizes its own loops (batch x head x query block) and calls
- * attn_gemm on small tiles from every thread. Two things decide its speed
- * inside a host program that makes its own BLAS calls:
+ * attn_gemm on small tiles from every thread. Inside a host program that makes
+ * its own BLAS calls, one rule decides its speed: one set of threads in the
+ * process. The BLAS's idle threads do not sleep at once (pthread OpenBLAS's
+ * workers yield in a loop for 2^28 cycles after each threaded call, libgomp's
+ * spin for ~300000 pause loops), so a second pool beside them shares their
+ * cores with them. attn therefore runs a loop on the BLAS's threads when the
+ * BLAS lends them, and on its own pool only otherwise:
  *
- * 1. Who waits how. libgomp's idle workers spin for ~300000 pause loops
- *    (milliseconds on recent Intel cores) after every region unless
- *    OMP_WAIT_POLICY says otherwise, and the team's master spins at the end
- *    barrier for a worker that another process has descheduled. On a machine
- *    where the BLAS's own workers (pthread OpenBLAS: sched_yield loops for
- *    2^28 cycles after each threaded call) or another process want the same
- *    core, that spinning is what made attn up to 30x slower than with
- *    OMP_WAIT_POLICY=PASSIVE. A library may not set the environment for its
- *    user, so attn runs its loops on its own pool (attn__parallel_for below),
- *    with either OpenBLAS build (running them in libgomp's team instead, with
- *    the OpenMP build, measured worse: sdpa T 64 8 ms in some runs, as before):
- *    workers spin ~ATTN__SPIN_NS and then sleep on a condition variable, the
- *    caller's thread takes tasks too, and tasks are claimed one at a time, so
- *    a worker that is not running when the loop starts simply never joins:
- *    the caller waits only for tasks already under way, and sleeps meanwhile.
+ * - pthread OpenBLAS (openblas_get_parallel() == 1) with at least the loop's
+ *   thread count: through gotoblas_pthread, its server's entry for
+ *   pthread-style work; the worker that was yielding takes tasks at once.
+ * - OpenBLAS built with OpenMP (== 2), outside the caller's parallel region:
+ *   in an OpenMP team, i.e. libgomp's threads, the same the BLAS uses.
+ * - anything else: attn's pool (attn__parallel_for below). Workers spin
+ *   ~ATTN__SPIN_NS and then sleep on a condition variable, the caller's thread
+ *   takes tasks too, and a worker that is not running when the loop starts
+ *   simply never joins: the caller waits only for tasks already under way.
  *
- * 2. The BLAS inside a loop. Every tile product must run single-threaded, or
- *    the BLAS's threads oversubscribe the cores:
- *    - OpenBLAS built with OpenMP (openblas_get_parallel() == 2) threads a call
- *      by the calling thread's OpenMP nthreads ICV. The pool's workers set
- *      theirs to 1 once (they are attn's threads); the caller's thread sets its
- *      own to 1 for the duration of its share of the loop and restores it.
- *      Nothing process-wide changes.
- *    - OpenBLAS built with pthreads (== 1) has one process-wide count (in
- *      0.3.21 openblas_set_num_threads_local is the same global setting). The
+ * Every tile product inside a loop runs single-threaded in the BLAS, or the
+ * BLAS's threads oversubscribe the cores:
+ *    - In an OpenMP team, OpenBLAS's OpenMP build is serial by its own rule
+ *      (omp_in_parallel()). On attn's pool the workers set their OpenMP
+ *      nthreads ICV to 1 once (they are attn's threads); the caller's thread
+ *      sets its own to 1 for its share of the loop and restores it.
+ *    - pthread OpenBLAS has one process-wide count (in 0.3.21
+ *      openblas_set_num_threads_local is the same global setting). The
  *      first loop to begin saves openblas_get_num_threads() and sets 1, the
  *      last to end restores it, unless somebody else changed it meanwhile
  *      (then theirs stays). With NO_AFFINITY builds (Debian's) the call only
@@ -54,7 +52,7 @@
  *      runs, another user thread's BLAS call is single-threaded too.
  *    - A sequential BLAS, or one attn cannot steer, is left alone.
  *
- * The pool serves one loop at a time; a loop that finds it busy (attn called
+ * One loop runs at a time; a loop that finds another running (attn called
  * from several user threads at once) runs on its caller's thread alone. The
  * pool's threads are created on first use, never more than a loop asked for,
  * and live until the process ends (after fork(), the child starts a new pool).
