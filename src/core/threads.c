@@ -287,7 +287,7 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
 /* The pthread OpenBLAS's thread server: runs function(args + i * stride) for
    i < n, i = 0 on the calling thread and the others on its workers, and
    returns when all have returned (exported by Debian's libopenblas0-pthread
-   since 0.2; absent from the OpenMP build, hence weak). */
+   0.3.21, absent from its OpenMP build: weak, and unused when missing). */
 extern int gotoblas_pthread(int n, void *function, void *args, int stride) __attribute__((weak));
 
 typedef struct {
