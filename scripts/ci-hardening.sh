@@ -70,9 +70,13 @@ for step in $steps; do
     # ATTN_PROMISES_LIGHT: the promise harness in one dtype (f64) under memcheck; ASan
     # runs it whole, and exhaustively.
     # ATTN_VMATH_STEP: the GELU ulp sweep samples every 25,703rd float instead of every 257th.
+    # --fair-sched=yes: attn's loops run on the pthread OpenBLAS's server, whose threads
+    # wait for each other in sched_yield loops; under valgrind's default (unfair) lock the
+    # yielding thread takes the lock straight back and test_threads crawled (> 5 min, 14 s
+    # with fair scheduling).
     ATTN_VMATH_STEP=25703 ATTN_PROMISES_LIGHT=1 CK_FORK=no meson test -C build-hard-vg --print-errorlogs --num-processes "$jobs" \
       --timeout-multiplier 4 \
-      --wrapper "valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$root/tests/valgrind.supp" \
+      --wrapper "valgrind -q --fair-sched=yes --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --suppressions=$root/tests/valgrind.supp" \
       $suites
     stamp valgrind ;;
   fuzz)
