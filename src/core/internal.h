@@ -141,8 +141,7 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
  * per-thread scratch can be indexed by it. It
  * keeps every BLAS call inside the loop single-threaded (no-op for one thread)
  * and returns when every task is done. Idle workers sleep after
- * ATTN__SPIN_NS. attn__blas_serial_begin/end(nthreads) are that BLAS bracket
- * on its own, reference-counted, for loops that do not go through the pool.
+ * ATTN__SPIN_NS.
  */
 #define ATTN__PARALLEL_MIN_FLOPS 4e6
 #define ATTN__MAX_THREADS        256
@@ -150,8 +149,6 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
 typedef void attn__task_fn(void *ctx, int64_t task, int tid);
 ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
-ATTN_HIDDEN void attn__blas_serial_begin(int nthreads);
-ATTN_HIDDEN void attn__blas_serial_end(int nthreads);
 /* Before every BLAS call: keeps it serial on a thread serving attn__parallel_for. */
 ATTN_HIDDEN void attn__blas_serial_guard(void);
 

@@ -78,7 +78,7 @@ static int serial_depth;     /* active serial regions */
 static int serial_saved = 1; /* the BLAS thread count to restore */
 #endif
 
-void attn__blas_serial_begin(int nthreads) {
+static void blas_serial_begin(int nthreads) {
 #if ATTN_HAVE_OPENBLAS_THREADS
     if (nthreads <= 1 || blas_parallel() != BLAS_PTHREAD)
         return;
@@ -94,7 +94,7 @@ void attn__blas_serial_begin(int nthreads) {
 #endif
 }
 
-void attn__blas_serial_end(int nthreads) {
+static void blas_serial_end(int nthreads) {
 #if ATTN_HAVE_OPENBLAS_THREADS
     if (nthreads <= 1 || blas_parallel() != BLAS_PTHREAD)
         return;
@@ -323,11 +323,11 @@ static bool run_on_blas_server(job *j, int nthreads) {
     server_share share[ATTN__MAX_THREADS];
     for (int i = 0; i < nthreads; ++i)
         share[i] = (server_share){j, i};
-    attn__blas_serial_begin(nthreads);
+    blas_serial_begin(nthreads);
     atomic_fetch_add_explicit(&server_posted, 1, memory_order_release);
     gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
     (void)atomic_load_explicit(&server_done, memory_order_acquire);
-    attn__blas_serial_end(nthreads);
+    blas_serial_end(nthreads);
     return true;
 }
 #else
@@ -338,7 +338,7 @@ void attn__blas_serial_guard(void) {
 #if ATTN_HAVE_OPENBLAS_THREADS
     /* A threaded call from a server worker would wait for a free worker, itself,
        forever: if another thread raised the count during the loop, lower it again
-       (attn__blas_serial_end then restores the raised count). */
+       (blas_serial_end then restores the raised count). */
     if (on_server && openblas_get_num_threads() != 1) {
         pthread_mutex_lock(&serial_lock);
         int k = openblas_get_num_threads();
@@ -380,7 +380,7 @@ static void run_on_pool(job *j) {
     j->want = ensure_workers(j->want);
     pthread_mutex_unlock(&pool.lock);
 
-    attn__blas_serial_begin(j->want + 1); /* before any task runs */
+    blas_serial_begin(j->want + 1); /* before any task runs */
     pthread_mutex_lock(&pool.lock);
     pool.cur = j;
     atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
@@ -408,7 +408,7 @@ static void run_on_pool(job *j) {
     while (atomic_load(&j->busy) > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
-    attn__blas_serial_end(j->want + 1);
+    blas_serial_end(j->want + 1);
 }
 
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
