@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Check suite for the vectorized activations (src/kernels/vmath.c) through attn_gelu and
- * attn_activation_backward: every 257th float against the formula in double with libm. */
+ * attn_activation_backward, and the softmax's exp (src/kernels/vexp.c) through attn_softmax:
+ * every 257th float against the formula in double with libm. */
 #include <float.h>
 #include <stdint.h>
 
@@ -221,6 +222,67 @@ START_TEST(gelu_strided_threaded) {
 }
 END_TEST
 
+/*
+ * The f32 exp of the softmax and the sdpa tiles (src/kernels/vexp.c) through attn_softmax:
+ * rows of 64 whose maximum 0 sits at a varying lane, the other 63 entries every STEP-th
+ * float in [-108, 0) and the specials. out[j] / out[max] is exp(x[j]) up to two roundings
+ * of the shared 1/sum, so against libm's exp in double: within 4e-7 relative down to
+ * -80 (where out stays normal), exactly 0 below -105 (exp(x) < 2^-151) and for -inf, and
+ * never above exp(x) out[max] by more than its rounding in between (a subnormal result
+ * may be flushed to 0, as the SSE2 and AVX2 clones do below 2^-126.5, or rounded, as the
+ * AVX-512 one does).
+ */
+START_TEST(softmax_exp_all_floats) {
+    enum { N = 64 };
+    float x[N], y[N];
+    attn_view X, Y;
+    ck_assert_int_eq(attn_view_init(&X, ATTN_F32, x, 1, (int64_t[]){N}), ATTN_OK);
+    ck_assert_int_eq(attn_view_init(&Y, ATTN_F32, y, 1, (int64_t[]){N}), ATTN_OK);
+    const uint32_t lo = 0x80000001u, hi = 0xc2d80000u; /* -min subnormal .. -108 */
+    double worst = 0;
+    float wx = 0;
+    int64_t count = 0;
+    uint64_t b = lo;
+    for (int row = 0; b <= hi; ++row) {
+        int at = row % N; /* the maximum's lane */
+        for (int j = 0; j < N; ++j) {
+            if (j == at) {
+                x[j] = 0.0f;
+                continue;
+            }
+            if (b > hi) {
+                x[j] = row & 1 ? -INFINITY : -0.0f;
+                continue;
+            }
+            uint32_t u = (uint32_t)b;
+            memcpy(&x[j], &u, sizeof x[j]);
+            b += STEP;
+        }
+        if (row % 97 == 0) /* the specials, now and then */
+            x[(at + 1) % N] = -INFINITY;
+        ck_assert_int_eq(attn_softmax(&X, &Y), ATTN_OK);
+        ck_assert_msg(y[at] > 0 && y[at] <= 1, "row %d: max weight %g", row, y[at]);
+        for (int j = 0; j < N; ++j) {
+            if (j == at)
+                continue;
+            double e = exp((double)x[j]), got = (double)y[j] / (double)y[at];
+            if (x[j] < -105.0f)
+                ck_assert_msg(y[j] == 0.0f, "exp(%.9g) gave %g, not 0", x[j], got);
+            else if (x[j] >= -80.0f) {
+                double rel = fabs(got - e) / e;
+                if (rel > worst)
+                    worst = rel, wx = x[j];
+            } else
+                ck_assert_msg(y[j] <= e * y[at] * (1 + 4e-7) + FLT_TRUE_MIN, "exp(%.9g): %g > %g",
+                              x[j], got, e);
+            ++count;
+        }
+    }
+    ck_assert_msg(worst <= 4e-7, "exp: relative error %.3g at x = %.9g (%lld floats)", worst, wx,
+                  (long long)count);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("vmath");
     TCase *tc = tcase_create("gelu");
@@ -230,6 +292,7 @@ int main(void) {
     tcase_add_test(tc, gelu_grads);
     tcase_add_test(tc, gelu_specials);
     tcase_add_test(tc, gelu_strided_threaded);
+    tcase_add_test(tc, softmax_exp_all_floats);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

@@ -16,16 +16,29 @@
 #define ATTN_CLONES
 #endif
 
+/* Where the clones are built, a few hot loops also have AVX-512 bodies written with
+ * intrinsics (target attribute, chosen per call by __builtin_cpu_supports). */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
+    (!defined(__clang__) || __clang_major__ >= 15)
+#define ATTN_AVX512_KERNELS 1
+#include <immintrin.h>
+#else
+#define ATTN_AVX512_KERNELS 0
+#endif
+
 /*
  * exp(xc) * 2^bias by Cephes' expf scheme, for xc already clamped by the caller so that
- * n + 127 + bias is a normal exponent: n = round(xc log2 e) by the 1.5*2^23 shifter,
+ * n + 127 + bias is in [0, 255]: n = round(xc log2 e) by the 1.5*2^23 shifter,
  * r = xc - n ln2 in two parts (ln2_hi has 9 bits, so n ln2_hi is exact), exp(r) by a
  * degree-7 polynomial on |r| <= ln2/2 (relative error about 1e-7), times 2^(n + bias)
- * built in the exponent bits. Inlined, so each caller's clones and fp-contract apply.
+ * put in the exponent bits straight from the shifter's low bits (no float-to-int
+ * conversion, so a NaN xc is no undefined behaviour: it gives NaN). An exponent field
+ * of 0 makes the factor +0 and one of 255 makes it +inf, so n + 127 + bias = 0 or 255
+ * gives exactly 0 or +inf. Inlined, so each caller's clones and fp-contract apply.
  */
 static inline __attribute__((always_inline)) float attn__exp_core_f32(float xc, int bias) {
-    const float shifter = 12582912.0f;
-    float n = (xc * 1.44269504088896341f + shifter) - shifter;
+    const float shifter = 12582912.0f; /* 1.5 * 2^23: its bits are 0x4b400000 + n */
+    float t = xc * 1.44269504088896341f + shifter, n = t - shifter;
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -35,7 +48,9 @@ static inline __attribute__((always_inline)) float attn__exp_core_f32(float xc, 
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     float y = p * (r * r) + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127 + bias) * (1 << 23);
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits = (bits - 0x4b400000u + 127u + (uint32_t)bias) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     return y * two_n;

@@ -21,24 +21,23 @@
 
 /*
  * exp(x) in float: attn__exp_core_f32 (kernels/simd.h, Cephes' expf scheme) on x
- * clamped to the normal range. Max relative error about 1e-7 on [-87.3, 88.7]. Below
- * the smallest normal result it returns exactly 0 (so exp(-inf) = 0), above
- * the largest +inf, and NaN stays NaN. Branch-free so loops vectorize.
+ * clamped to [-127 ln2, 128 ln2], where the core's power of two is exactly +0 at
+ * the bottom (so exp(-inf) = 0) and +inf at the top. Max relative error about 1e-7
+ * on [-87.3, 88.7]; results below 2^-126.5 may flush to 0. The clamps pass NaN
+ * through (min and max with x as the operand a NaN selects), so NaN stays NaN with
+ * no select of its own: two vector min/max and the core, branch-free.
  */
 static inline __attribute__((always_inline)) float exp_f32(float x) {
-    const float hi = 88.3762626647949f, lo = -87.3365447504f;
-    float xc = x < hi ? x : hi; /* NaN -> hi: (int32_t)NaN below would be undefined */
-    xc = xc > lo ? xc : lo;
-    float y = attn__exp_core_f32(xc, 0);
-    y = x < lo ? 0.0f : y;
-    y = x > hi ? INFINITY : y;
-    return x != x ? x : y;
+    const float hi = 88.7228391116729996f, lo = -88.0296919311130543f; /* 128, -127 ln2 */
+    float xc = hi < x ? hi : x; /* NaN: x */
+    xc = lo > xc ? lo : xc;     /* NaN: xc */
+    return attn__exp_core_f32(xc, 0);
 }
 
-/* 16 independent partial sums / maxima: a fixed order the vectorizer can keep. */
+/* 16 independent partial sums: a fixed order the vectorizer can keep. */
 #define LANES 16
 
-ATTN_CLONES float attn__vexp_sum_f32(float *x, int64_t n, float m) {
+static ATTN_CLONES float vexp_sum_lanes(float *x, int64_t n, float m) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -58,20 +57,85 @@ ATTN_CLONES float attn__vexp_sum_f32(float *x, int64_t n, float m) {
     return s;
 }
 
-ATTN_CLONES float attn__vmax_f32(const float *x, int64_t n) {
-    float acc[LANES];
-    for (int k = 0; k < LANES; ++k)
-        acc[k] = -INFINITY;
+#if ATTN_AVX512_KERNELS
+/*
+ * The AVX-512 exp: attn__exp_core_f32's n, r and polynomial, step for step (so a result
+ * is the same float wherever it is normal), with the power of two applied by vscalefps,
+ * which rounds a subnormal result correctly and gives 0 and +inf past the range on its
+ * own. The clamps to [-110, 128] (where that 0 and inf are reached) keep -inf and +inf
+ * from making n ln2 - x a NaN, and min/max return their second operand for a NaN, so
+ * NaN stays NaN. 15 vector operations for 16 floats, against 26 for the clone of
+ * exp_f32, whose clamps and selects cost more than its power of two.
+ */
+__attribute__((target("avx512f"))) static inline __m512 exp16(__m512 d) {
+    d = _mm512_min_ps(_mm512_set1_ps(128.0f), d);
+    d = _mm512_max_ps(_mm512_set1_ps(-110.0f), d);
+    const __m512 shifter = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(d, _mm512_set1_ps(1.44269504088896341f), shifter),
+                             shifter);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), d);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(y, n);
+}
+
+__attribute__((target("avx512f"))) static float vexp_sum_avx512(float *x, int64_t n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 acc = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; ++k)
-            acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-    float mx = -INFINITY;
-    for (; i < n; ++i)
-        mx = x[i] > mx ? x[i] : mx;
-    for (int k = 0; k < LANES; ++k)
-        mx = acc[k] > mx ? acc[k] : mx;
-    return mx;
+    for (; i + 16 <= n; i += 16) {
+        __m512 y = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        _mm512_storeu_ps(x + i, y);
+        acc = _mm512_add_ps(acc, y);
+    }
+    if (i < n) { /* the last 1..15, masked: nothing read or written past n */
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        __m512 y = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, k, y);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, y));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+#endif
+
+float attn__vexp_sum_f32(float *x, int64_t n, float m) {
+#if ATTN_AVX512_KERNELS
+    if (__builtin_cpu_supports("avx512f"))
+        return vexp_sum_avx512(x, n, m);
+#endif
+    return vexp_sum_lanes(x, n, m);
+}
+
+/*
+ * The row maximum through the integers: a float's bits b map to the key
+ * b ^ ((b >> 31) & 0x7fffffff), which orders as the floats do (-0 just below +0),
+ * and a NaN maps to INT32_MIN, below every key, so NaN is skipped. An integer max
+ * reduction is one the vectorizer takes (a float one it may not reorder), so the
+ * AVX2 and AVX-512 clones run 8 or 16 lanes without branches; n == 0 or an all-NaN
+ * row gives -inf.
+ */
+ATTN_CLONES float attn__vmax_f32(const float *x, int64_t n) {
+    int32_t mx = INT32_MIN;
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t b;
+        memcpy(&b, x + i, sizeof b);
+        int32_t nan = (0x7f800000 - (b & 0x7fffffff)) >> 31; /* all ones for NaN */
+        int32_t k = (b ^ ((b >> 31) & 0x7fffffff)) | nan;
+        k &= ~nan | INT32_MIN;
+        mx = k > mx ? k : mx;
+    }
+    if (mx == INT32_MIN)
+        return -INFINITY;
+    int32_t b = mx ^ ((mx >> 31) & 0x7fffffff);
+    float r;
+    memcpy(&r, &b, sizeof r);
+    return r;
 }
 
 /* f64: libm's exp (correctly rounded in practice), so results hold to 1e-12. */
@@ -92,20 +156,24 @@ double attn__vexp_sum_f64(double *x, int64_t n, double m) {
     return s + ((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
+/* The f64 maximum, by the same integer keys. */
 ATTN_CLONES double attn__vmax_f64(const double *x, int64_t n) {
-    double acc[LANES / 2];
-    for (int k = 0; k < LANES / 2; ++k)
-        acc[k] = -INFINITY;
-    int64_t i = 0;
-    for (; i + LANES / 2 <= n; i += LANES / 2)
-        for (int k = 0; k < LANES / 2; ++k)
-            acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-    double mx = -INFINITY;
-    for (; i < n; ++i)
-        mx = x[i] > mx ? x[i] : mx;
-    for (int k = 0; k < LANES / 2; ++k)
-        mx = acc[k] > mx ? acc[k] : mx;
-    return mx;
+    const int64_t mag = INT64_MAX, inf = 0x7ff0000000000000LL;
+    int64_t mx = INT64_MIN;
+    for (int64_t i = 0; i < n; ++i) {
+        int64_t b;
+        memcpy(&b, x + i, sizeof b);
+        int64_t nan = (inf - (b & mag)) >> 63;
+        int64_t k = (b ^ ((b >> 63) & mag)) | nan;
+        k &= ~nan | INT64_MIN;
+        mx = k > mx ? k : mx;
+    }
+    if (mx == INT64_MIN)
+        return -INFINITY;
+    int64_t b = mx ^ ((mx >> 63) & mag);
+    double r;
+    memcpy(&r, &b, sizeof r);
+    return r;
 }
 
 /* ---- the attention tiles' fused row passes (kernels/kernels_internal.h) ---------------- */
