@@ -219,31 +219,88 @@ static inline __attribute__((always_inline)) double exp_f64(double x) {
     return x != x ? x : y;
 }
 
-ATTN_CLONES float attn__vexp_tail_f32(float *x, int64_t lim, int64_t n, float m) {
+float attn__vexp_tail_f32(float *x, int64_t lim, int64_t n, float m) {
     float s = attn__vexp_sum_f32(x, lim, m);
-    for (int64_t i = lim; i < n; ++i)
-        x[i] = 0.0f;
+    if (n > lim)
+        memset(x + lim, 0, (size_t)(n - lim) * sizeof *x);
     return s;
 }
 
-ATTN_CLONES double attn__vexp_tail_f64(double *x, int64_t lim, int64_t n, double m) {
+static ATTN_CLONES double vexp_sum_lanes_f64(double *x, int64_t n, double m) {
     double acc[LANES / 2] = {0};
     int64_t i = 0;
-    for (; i + LANES / 2 <= lim; i += LANES / 2)
+    for (; i + LANES / 2 <= n; i += LANES / 2)
         for (int k = 0; k < LANES / 2; ++k) {
             double y = exp_f64(x[i + k] - m);
             x[i + k] = y;
             acc[k] += y;
         }
     double s = 0.0;
-    for (; i < lim; ++i) {
+    for (; i < n; ++i) {
         x[i] = exp_f64(x[i] - m);
         s += x[i];
     }
     for (int k = 0; k < LANES / 2; ++k)
         s += acc[k];
-    for (i = lim; i < n; ++i)
-        x[i] = 0.0;
+    return s;
+}
+
+#if ATTN_AVX512_KERNELS
+/*
+ * The AVX-512 f64 exp: exp_f64's n, r and polynomial step for step, 2^n by vscalefpd
+ * (subnormal results rounded, 0 and +inf past the range); the clamps to [-760, 710]
+ * keep the infinities from making a NaN and pass NaN through, as in exp16.
+ */
+__attribute__((target("avx512f"))) static inline __m512d exp8(__m512d d) {
+    static const double c[13] = {
+        1.6059043836821614599e-10, 2.0876756987868098979e-09, 2.5052108385441718775e-08,
+        2.7557319223985890653e-07, 2.7557319223985890653e-06, 2.4801587301587301587e-05,
+        1.9841269841269841270e-04, 1.3888888888888888889e-03, 8.3333333333333333333e-03,
+        4.1666666666666666667e-02, 1.6666666666666666667e-01, 0.5};
+    d = _mm512_min_pd(_mm512_set1_pd(710.0), d);
+    d = _mm512_max_pd(_mm512_set1_pd(-760.0), d);
+    const __m512d shifter = _mm512_set1_pd(6755399441055744.0);
+    __m512d n = _mm512_sub_pd(
+        _mm512_fmadd_pd(d, _mm512_set1_pd(1.4426950408889634074), shifter), shifter);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(6.93147180369123816490e-01), d);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int k = 1; k < 12; ++k)
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[k]));
+    __m512d y = _mm512_add_pd(_mm512_fmadd_pd(p, _mm512_mul_pd(r, r), r), _mm512_set1_pd(1.0));
+    return _mm512_scalef_pd(y, n);
+}
+
+__attribute__((target("avx512f"))) static double vexp_sum_avx512_f64(double *x, int64_t n,
+                                                                    double m) {
+    const __m512d vm = _mm512_set1_pd(m);
+    __m512d acc = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512d y = exp8(_mm512_sub_pd(_mm512_loadu_pd(x + i), vm));
+        _mm512_storeu_pd(x + i, y);
+        acc = _mm512_add_pd(acc, y);
+    }
+    if (i < n) {
+        __mmask8 k = (__mmask8)((1u << (n - i)) - 1);
+        __m512d y = exp8(_mm512_sub_pd(_mm512_maskz_loadu_pd(k, x + i), vm));
+        _mm512_mask_storeu_pd(x + i, k, y);
+        acc = _mm512_add_pd(acc, _mm512_maskz_mov_pd(k, y));
+    }
+    return _mm512_reduce_add_pd(acc);
+}
+#endif
+
+double attn__vexp_tail_f64(double *x, int64_t lim, int64_t n, double m) {
+    double s;
+#if ATTN_AVX512_KERNELS
+    if (__builtin_cpu_supports("avx512f"))
+        s = vexp_sum_avx512_f64(x, lim, m);
+    else
+#endif
+        s = vexp_sum_lanes_f64(x, lim, m);
+    if (n > lim)
+        memset(x + lim, 0, (size_t)(n - lim) * sizeof *x);
     return s;
 }
 
