@@ -228,9 +228,9 @@ END_TEST
  * float in [-108, 0) and the specials. out[j] / out[max] is exp(x[j]) up to two roundings
  * of the shared 1/sum, so against libm's exp in double: within 4e-7 relative down to
  * -80 (where out stays normal), exactly 0 below -105 (exp(x) < 2^-151) and for -inf, and
- * never above exp(x) out[max] by more than its rounding in between (a subnormal result
- * may be flushed to 0, as the SSE2 and AVX2 clones do below 2^-126.5, or rounded, as the
- * AVX-512 one does).
+ * never above exp(x) out[max] by more than its rounding in between (a result below
+ * FLT_MIN may be flushed to 0, as every path does: a subnormal result costs a microcode
+ * assist).
  */
 START_TEST(softmax_exp_all_floats) {
     enum { N = 64 };
