@@ -382,6 +382,34 @@ END_TEST
 START_TEST(sd_key_split_f32) { sweep_split(ATTN_F32); }
 END_TEST
 
+/*
+ * Query blocks of more than ATTN__SDPA_DIAG_ROWS (64) rows that the causal diagonal or
+ * kv_len cuts: such a tile is done in 64-row slices, each against the keys its last row
+ * sees (src/tmpl/sdpa.h fwd_task_run). Tq > Tk bottom-right gives slices that see no key
+ * of a tile at all; masks, GQA, weights through block_q, one and two threads.
+ */
+static const sd_case diag_cases[] = {
+    /* B  H Hkv Tq  Tk  D  Dv  causal                     keep bias kvl scale */
+    {1, 2, 1, 200, 200, 8, 8, ATTN_CAUSAL_TOP_LEFT, 0, 0, 0, 0},
+    {2, 1, 1, 150, 230, 8, 6, ATTN_CAUSAL_BOTTOM_RIGHT, 1, 1, 1, 0},
+    {1, 1, 1, 230, 150, 6, 8, ATTN_CAUSAL_BOTTOM_RIGHT, 0, 2, 0, 0}, /* early rows: no key */
+    {2, 2, 2, 180, 300, 8, 8, ATTN_CAUSAL_NONE, 0, 0, 1, 0},        /* kv_len alone */
+};
+
+START_TEST(sd_diagonal_slices) {
+    static const sd_run runs[] = {
+        {ATTN_ALGO_TILED, 0, 0, 1, LY_CONTIG, LY_CONTIG, false},
+        {ATTN_ALGO_TILED, 128, 64, 1, LY_BTHD, LY_PADDED, false},
+        {ATTN_ALGO_TILED, 256, 96, 2, LY_CONTIG, LY_CONTIG, false},
+        {ATTN_ALGO_MATERIALIZED, 200, 0, 2, LY_CONTIG, LY_CONTIG, true},
+    };
+    for (int d = 0; d < 2; ++d)
+        for (size_t ci = 0; ci < sizeof diag_cases / sizeof *diag_cases; ++ci)
+            for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ++ri)
+                run(d ? ATTN_F64 : ATTN_F32, &diag_cases[ci], &runs[ri], 7000 + ci * 17 + ri);
+}
+END_TEST
+
 /* The split's pieces are in the workspace the query reports: more than two threads' tiles. */
 START_TEST(sw_key_split_counted) {
     float dummy[1];
@@ -446,6 +474,7 @@ int main(void) {
     tcase_add_test(tc, sd_errors);
     tcase_add_test(tc, sd_key_split_f64);
     tcase_add_test(tc, sd_key_split_f32);
+    tcase_add_test(tc, sd_diagonal_slices);
     suite_add_tcase(s, tc);
     TCase *tw = tcase_create("attn_sdpa_workspace_size");
     tcase_add_test(tw, sw_tiled_independent_of_tk);

@@ -23,6 +23,7 @@
 ATTN_HIDDEN void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq,
                                   int64_t *bk);
 #define ATTN__SDPA_BQ_MAT 64 /* query rows per task (materialized: bq x Tk scores) */
+#define ATTN__SDPA_DIAG_ROWS 64 /* rows per slice of a tile the causal diagonal cuts */
 
 /*
  * Element (i0, i1, i2, i3) of a 4-D view, and (i0, i1, i2) of a 3-D one. Integer

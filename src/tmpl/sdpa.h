@@ -67,12 +67,81 @@ static void SFX(mask_tile)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64
 #include "tmpl/view_finite.h"
 
 /*
+ * Rows r0 .. r0 + rows of a forward task against keys j0 .. j0 + cols: S = scale q k^T;
+ * then per row, while it is in L1: bias and keep, max, exp, sum (the online softmax's
+ * update of m, l and acc); then acc += P v. The rows' acc is written for the first
+ * time when !any (beta 0).
+ */
+static void SFX(fwd_tile)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t r0,
+                          int64_t rows, int64_t j0, int64_t cols, char *wsp, bool any,
+                          bool checked) {
+    const attn__sdpa_plan *p = c->p;
+    int64_t lds = p->bk, Dv = p->Dv, hk = h / p->group;
+    T *s = (T *)(wsp + c->off_s) + r0 * lds, *acc = (T *)(wsp + c->off_acc) + r0 * Dv;
+    T *m = (T *)(wsp + c->off_m) + r0, *l = (T *)(wsp + c->off_l) + r0;
+    void *gw = c->gws ? wsp + c->off_gw : NULL;
+    if (cols <= 0) { /* no row here sees a key of this tile: P = 0 */
+        if (!any)
+            memset(acc, 0, (size_t)(rows * Dv) * sizeof(T));
+        return;
+    }
+    attn__sdpa_scores_gemm(p, c->q, c->k, b, h, i0 + r0, rows, j0, cols, s, lds, gw, c->gws);
+    for (int64_t r = 0; r < rows; ++r) {
+        T *sr = s + r * lds;
+        int64_t lim = SFX(row_lim)(p, b, i0 + r0 + r, j0, cols);
+        SFX(mask_row)(p, b, h, i0 + r0 + r, j0, lim, sr);
+        T mt = T_VMAX(sr, lim);
+        T mn = mt > m[r] ? mt : m[r];
+        if (mn == (T)-INFINITY) {                /* nothing visible yet: P row = 0 */
+            for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
+                if (sr[c2] != sr[c2])
+                    l[r] = sr[c2];
+            memset(sr, 0, (size_t)cols * sizeof(T));
+            continue;
+        }
+        T sum = SDPA_VEXP_TAIL(sr, lim, cols, mn); /* P = exp(S - m_new), 0 past lim */
+        T corr = T_EXP(m[r] - mn);                 /* 0 when m_old = -inf */
+        l[r] = l[r] * corr + sum;
+        m[r] = mn;
+        if (any && corr != 1) {
+            T *ar = acc + r * Dv;
+            if (corr == 0)
+                memset(ar, 0, (size_t)Dv * sizeof(T));
+            else
+                for (int64_t d = 0; d < Dv; ++d)
+                    ar[d] *= corr;
+        }
+    }
+    /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
+    attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
+    attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
+    attn_view acc_v = attn__sdpa_buf(p->dt, acc, rows, Dv, Dv);
+    if (!checked || SFX(view_finite)(&vt))
+        attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v, gw,
+                       c->gws);
+    else /* NaN or inf in v: skip the zero weights, 0 * NaN must not reach a row */
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t d = 0; d < Dv; ++d) {
+                double a = any ? (double)acc[r * Dv + d] : 0.0;
+                for (int64_t j = 0; j < cols; ++j)
+                    if (s[r * lds + j] != 0)
+                        a += (double)s[r * lds + j] *
+                             (double)*(const T *)attn__at4(c->v, b, hk, j0 + j, d);
+                acc[r * Dv + d] = (T)a;
+            }
+}
+
+/*
  * One task of the forward: batch b, query head h, query rows i0..i0+rows.
  * Online softmax over key tiles (Milakov & Gimelshein 2018; FlashAttention-2,
  * Dao 2023): per row the running max m and sum l of exp(s - m), and
  * acc = sum_j exp(s_j - m) v_j, rescaled by exp(m_old - m_new) when m grows.
  * The MATERIALIZED algorithm is the same loop with one tile of whole rows
  * (bk = Tk), after which the tile holds the unnormalized weights.
+ * A tile that the causal diagonal (or kv_len) cuts, where the first row sees fewer
+ * keys than the last, is done in slices of ATTN__SDPA_DIAG_ROWS rows, each against
+ * only the keys its last row sees: at bq 256 that halves the products wasted on
+ * hidden keys, from bq / 2 to a 32-key triangle per row.
  */
 static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
                               int64_t jhi, const fwd_piece *piece, char *wsp, bool checked) {
@@ -81,8 +150,6 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
     int64_t lds = p->bk, Dv = p->Dv;
     T *s = (T *)(wsp + c->off_s), *acc = (T *)(wsp + c->off_acc);
     T *m = (T *)(wsp + c->off_m), *l = (T *)(wsp + c->off_l);
-    void *gw = c->gws ? wsp + c->off_gw : NULL;
-    attn_view acc_v = attn__sdpa_buf(p->dt, acc, rows, Dv, Dv);
     /* key_limit grows with i: the last row sees the most keys */
     int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1);
     if (khi > jhi) /* a key-split piece sees keys [jlo, jhi) */
@@ -92,55 +159,18 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
         m[r] = (T)-INFINITY;
         l[r] = 0;
     }
-    int64_t hk = h / p->group;
     for (int64_t j0 = jlo; j0 < khi; j0 += p->bk) {
         int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
         if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
             continue; /* a fully masked tile costs nothing */
-        /* S = scale q k^T; then per row, while it is in L1: bias and keep, max, exp, sum */
-        attn__sdpa_scores_gemm(p, c->q, c->k, b, h, i0, rows, j0, cols, s, lds, gw, c->gws);
-        for (int64_t r = 0; r < rows; ++r) {
-            T *sr = s + r * lds;
-            int64_t lim = SFX(row_lim)(p, b, i0 + r, j0, cols);
-            SFX(mask_row)(p, b, h, i0 + r, j0, lim, sr);
-            T mt = T_VMAX(sr, lim);
-            T mn = mt > m[r] ? mt : m[r];
-            if (mn == (T)-INFINITY) {                /* nothing visible yet: P row = 0 */
-                for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
-                    if (sr[c2] != sr[c2])
-                        l[r] = sr[c2];
-                memset(sr, 0, (size_t)cols * sizeof(T));
-                continue;
-            }
-            T sum = SDPA_VEXP_TAIL(sr, lim, cols, mn); /* P = exp(S - m_new), 0 past lim */
-            T corr = T_EXP(m[r] - mn);                 /* 0 when m_old = -inf */
-            l[r] = l[r] * corr + sum;
-            m[r] = mn;
-            if (any && corr != 1) {
-                T *ar = acc + r * Dv;
-                if (corr == 0)
-                    memset(ar, 0, (size_t)Dv * sizeof(T));
-                else
-                    for (int64_t d = 0; d < Dv; ++d)
-                        ar[d] *= corr;
-            }
+        int64_t slice = rows;
+        if (rows > ATTN__SDPA_DIAG_ROWS && SFX(row_lim)(p, b, i0, j0, cols) < cols)
+            slice = ATTN__SDPA_DIAG_ROWS;
+        for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+            int64_t n = rows - r0 < slice ? rows - r0 : slice;
+            int64_t nc = slice == rows ? cols : SFX(row_lim)(p, b, i0 + r0 + n - 1, j0, cols);
+            SFX(fwd_tile)(c, b, h, i0, r0, n, j0, nc, wsp, any, checked);
         }
-        /* acc (rows, Dv) = P (rows, cols) v[j0:j0+cols] (+ acc) */
-        attn_view pv = attn__sdpa_buf(p->dt, s, rows, cols, lds);
-        attn_view vt = attn__sdpa_rows(c->v, b, hk, j0, cols);
-        if (!checked || SFX(view_finite)(&vt))
-            attn__gemm_run(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &pv, &vt, any ? 1.0 : 0.0, &acc_v,
-                           gw, c->gws);
-        else /* NaN or inf in v: skip the zero weights, 0 * NaN must not reach a row */
-            for (int64_t r = 0; r < rows; ++r)
-                for (int64_t d = 0; d < Dv; ++d) {
-                    double a = any ? (double)acc[r * Dv + d] : 0.0;
-                    for (int64_t j = 0; j < cols; ++j)
-                        if (s[r * lds + j] != 0)
-                            a += (double)s[r * lds + j] *
-                                 (double)*(const T *)attn__at4(c->v, b, hk, j0 + j, d);
-                    acc[r * Dv + d] = (T)a;
-                }
         any = true;
     }
     /*
@@ -177,8 +207,9 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
         if (c->weights) { /* materialized: s holds exp(S - m) for keys [0, khi) */
             T *wrow = (T *)attn__at4(c->weights, b, h, i0 + r, 0);
             int64_t sw = c->weights->stride[3];
+            int64_t vis = attn__sdpa_key_limit(p, b, i0 + r); /* s is exp(S - m) there */
             for (int64_t j = 0; j < p->Tk; ++j)
-                wrow[j * sw] = live && j < khi ? s[r * lds + j] * inv : 0;
+                wrow[j * sw] = live && j < vis ? s[r * lds + j] * inv : 0;
         }
     }
     return true;
