@@ -53,31 +53,46 @@ static void die(const char *what, attn_status st) {
     exit(1);
 }
 
-/* Median GFLOP/s of `reps` attn_gemm calls on an n^3 product of dtype dt (the BLAS's threads). */
-static double gemm_gflops(attn_dtype dt, int64_t n, int reps, double *cpu_gf) {
+/* The n^3 attn_gemm reference of dtype dt (the BLAS's threads), its operands made once. */
+typedef struct gemm_ref {
+    attn_view a, b, c;
+    double flop;
+} gemm_ref;
+
+static void gemm_ref_init(gemm_ref *g, attn_dtype dt, int64_t n) {
     size_t nn = (size_t)(n * n), es = attn_dtype_size(dt);
-    void *a = malloc(nn * es), *b = malloc(nn * es), *c = malloc(nn * es);
     unsigned s = 7;
-    fill_dt(dt, a, nn, &s);
-    fill_dt(dt, b, nn, &s);
-    attn_view A, B, C;
     int64_t sh[2] = {n, n};
-    attn_view_init(&A, dt, a, 2, sh);
-    attn_view_init(&B, dt, b, 2, sh);
-    attn_view_init(&C, dt, c, 2, sh);
-    double t[16], tc[16];
-    attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
-    if (st) die("attn_gemm", st);
-    for (int r = 0; r < reps; ++r) {
-        double t0 = now(), c0 = cpu();
-        attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &A, &B, 0, &C, NULL, 0);
-        t[r] = now() - t0;
-        tc[r] = cpu() - c0;
+    attn_view *v[3] = {&g->a, &g->b, &g->c};
+    for (int i = 0; i < 3; ++i) {
+        void *x = malloc(nn * es);
+        fill_dt(dt, x, nn, &s);
+        attn_view_init(v[i], dt, x, 2, sh);
     }
-    free(a); free(b); free(c);
-    double flop = 2.0 * (double)n * (double)n * (double)n;
-    *cpu_gf = flop / median(tc, reps) * 1e-9;
-    return flop / median(t, reps) * 1e-9;
+    g->flop = 2.0 * (double)n * (double)n * (double)n;
+    attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &g->a, &g->b, 0, &g->c, NULL, 0);
+    if (st) die("attn_gemm", st);
+}
+
+static void gemm_ref_free(gemm_ref *g) {
+    free(g->a.data); free(g->b.data); free(g->c.data);
+}
+
+/* One reference call: wall seconds, CPU seconds in *cpus. */
+static double gemm_ref_time(gemm_ref *g, double *cpus) {
+    double t0 = now(), c0 = cpu();
+    attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &g->a, &g->b, 0, &g->c, NULL, 0);
+    *cpus = cpu() - c0;
+    return now() - t0;
+}
+
+/* Median GFLOP/s (wall; CPU-second rate in *cpu_gf) of `reps` reference calls. */
+static double gemm_gflops(gemm_ref *g, int reps, double *cpu_gf) {
+    double t[16], tc[16];
+    for (int r = 0; r < reps; ++r)
+        t[r] = gemm_ref_time(g, &tc[r]);
+    *cpu_gf = g->flop / median(tc, reps) * 1e-9;
+    return g->flop / median(t, reps) * 1e-9;
 }
 
 /* One timed call: the forward, or the backward from the forward's out and lse. */
@@ -97,18 +112,29 @@ static attn_status run(call *c) {
 }
 
 /* Median wall and process-CPU seconds of `reps` calls after one warm-up. */
-static void time_call(call *c, int reps, double *wall, double *cpus) {
+/*
+ * Median wall and CPU seconds of `reps` calls. With a paired reference (-p), each call
+ * follows one reference gemm, and *ratio is the median over the pairs of the call's
+ * time per FLOP against its gemm's, so both sides of every ratio saw the same machine.
+ */
+static void time_call(call *c, int reps, double flop, gemm_ref *pair, double *wall,
+                      double *cpus, double *ratio, double *pair_gf) {
     attn_status st = run(c);
     if (st) die(c->bwd ? "attn_sdpa_backward" : "attn_sdpa", st);
-    double t[16], tc[16];
+    double t[16], tc[16], rt[16], gt[16];
     for (int r = 0; r < reps; ++r) {
+        double gc;
+        gt[r] = pair ? gemm_ref_time(pair, &gc) : 0;
         double t0 = now(), c0 = cpu();
         run(c);
         t[r] = now() - t0;
         tc[r] = cpu() - c0;
+        rt[r] = pair ? (flop / t[r]) / (pair->flop / gt[r]) : 0;
     }
     *wall = median(t, reps);
     *cpus = median(tc, reps);
+    *ratio = median(rt, reps);
+    *pair_gf = pair ? pair->flop / median(gt, reps) * 1e-9 : 0;
 }
 
 static void usage(void) {
@@ -116,12 +142,14 @@ static void usage(void) {
             "usage: attn-bench-sdpa [-t T]... [-a tiled|mat|both] [-c 0|1|both] [-r reps]\n"
             "                       [-j threads] [-q block_q] [-k block_k] [-H heads] [-B batch]\n"
             "                       [-d f32|f64] [-m none|keep|bias|kvlen|gqa|all] [-f text|csv|json]\n"
-            "                       [-n] [-b]\n"
+            "                       [-n] [-b] [-p]\n"
             "  B=1, H=12, D=64, f32; default T = 256 512 ... 8192. -n: skip the s/dgemm.\n"
             "  GFLOP/s counts 4*B*H*Tq*Tk*D per call (half for causal) for every mask mode\n"
             "  (the plain call's work: keep keeps 7 of 8 keys at random, bias is a full (T, T)\n"
             "  bias, kvlen passes kv_len = T, gqa shares each K/V head among 4 query heads).\n"
             "  %%gemm: against the in-run sgemm (f32) or dgemm (f64) 2048^3; time = median of reps.\n"
+            "  -p: pair every timed call with one 2048^3 gemm just before it; %%gemm is then the\n"
+            "      median over the pairs (for a machine whose speed drifts during the run).\n"
             "  cpu ms: process CPU time per call; GF/cpu-s: GFLOP per CPU second (all threads).\n"
             "  -b: also time attn_sdpa_backward (dq, dk, dv; counted as 2.5x the forward).\n");
     exit(2);
@@ -132,13 +160,14 @@ enum { M_NONE, M_KEEP, M_BIAS, M_KVLEN, M_GQA, M_COUNT };
 
 int main(int argc, char **argv) {
     int64_t Ts[16], nT = 0, H = 12, B = 1, D = 64, bq = 0, bk = 0;
-    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1, do_bwd = 0, fmt = 0;
+    int algos = 3, causals = 3, reps = 5, threads = 0, do_gemm = 1, do_bwd = 0, fmt = 0, paired = 0;
     unsigned masks = 1u << M_NONE;
     attn_dtype dt = ATTN_F32;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-n")) { do_gemm = 0; continue; }
         if (!strcmp(a, "-b")) { do_bwd = 1; continue; }
+        if (!strcmp(a, "-p")) { paired = 1; continue; }
         if (!v) usage();
         ++i;
         if (!strcmp(a, "-t") && nT < 16) Ts[nT++] = atoll(v);
@@ -174,10 +203,14 @@ int main(int argc, char **argv) {
     FILE *info = fmt ? stderr : stdout; /* CSV and JSON: the data alone on stdout */
     bench_env_print(info, "", &env);
     bench_env_kernel_note(info, "", &env);
-    double peak_cpu = 0, peak = do_gemm ? gemm_gflops(dt, 2048, reps, &peak_cpu) : 0;
+    if (paired && !do_gemm) usage();
+    gemm_ref ref;
+    if (do_gemm) gemm_ref_init(&ref, dt, 2048);
+    double peak_cpu = 0, peak = do_gemm ? gemm_gflops(&ref, reps, &peak_cpu) : 0;
     if (do_gemm)
         fprintf(info, "%s 2048^3 (attn_gemm, BLAS threads): %.1f GFLOP/s wall, %.1f per CPU "
-                "second (medians of %d)\n", gname, peak, peak_cpu, reps);
+                "second (medians of %d)%s\n", gname, peak, peak_cpu, reps,
+                paired ? "; %gemm per row: paired with one gemm before each call (-p)" : "");
     if (fmt == 0)
         printf("%6s %6s %6s %5s %5s %10s %9s %7s %10s %9s\n", "T", "algo", "causal", "mask",
                "dtype", "ms", "GFLOP/s", "%gemm", "cpu ms", "GF/cpu-s");
@@ -241,11 +274,14 @@ int main(int argc, char **argv) {
                         c.ws = c.bwd ? attn_sdpa_backward_workspace_size(&c.q, &c.k, &c.v, &op)
                                      : attn_sdpa_workspace_size(&c.q, &c.k, &c.v, &op);
                         c.work = aligned_alloc(64, (c.ws + 63) / 64 * 64 + 64);
-                        double sec, csec;
-                        time_call(&c, reps, &sec, &csec);
+                        double sec, csec, ratio, pgf;
                         double flop = 4.0 * (double)B * (double)H * (double)T * (double)T *
                                       (double)D * (cz ? 0.5 : 1) * (c.bwd ? 2.5 : 1);
+                        time_call(&c, reps, flop, paired ? &ref : NULL, &sec, &csec, &ratio,
+                                  &pgf);
                         double gf = flop / sec * 1e-9, pct = peak > 0 ? 100 * gf / peak : 0.0;
+                        double rgf = peak; /* the reference this row's % is against */
+                        if (paired) pct = 100 * ratio, rgf = pgf;
                         const char *an = alg == 1 ? "mat" : "tiled", *pn = c.bwd ? "bwd" : "fwd";
                         if (fmt == 0)
                             printf("%6lld %6s %6s %5s %5s %10.3f %9.1f %7.1f %10.3f %9.1f\n",
@@ -257,7 +293,7 @@ int main(int argc, char **argv) {
                         else if (fmt == 1)
                             printf("%lld,%s,%s,%d,%s,%s,%.4f,%.2f,%.2f,%.2f,%.4f,%.2f,%s,%s\n",
                                    (long long)T, an, pn, cz, mask_names[mk], dname, sec * 1e3,
-                                   gf, peak, pct, csec * 1e3, flop / csec * 1e-9, env.blas_core,
+                                   gf, rgf, pct, csec * 1e3, flop / csec * 1e-9, env.blas_core,
                                    env.blas_threading);
                         else
                             printf("%s{\"T\":%lld,\"algo\":\"%s\",\"pass\":\"%s\",\"causal\":%d,"
@@ -279,5 +315,6 @@ int main(int argc, char **argv) {
     }
     if (fmt == 2)
         printf("]}\n");
+    if (do_gemm) gemm_ref_free(&ref);
     return 0;
 }
