@@ -140,8 +140,8 @@ static void SFX(fwd_tile)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
  * (bk = Tk), after which the tile holds the unnormalized weights.
  * A tile that the causal diagonal (or kv_len) cuts, where the first row sees fewer
  * keys than the last, is done in slices of ATTN__SDPA_DIAG_ROWS rows, each against
- * only the keys its last row sees: at bq 256 that halves the products wasted on
- * hidden keys, from bq / 2 to a 32-key triangle per row.
+ * only the keys its last row sees: at bq 256 that cuts the products wasted on hidden
+ * keys from 128 per row on average (bq / 2) to 32.
  */
 static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
                               int64_t jhi, const fwd_piece *piece, char *wsp, bool checked) {
