@@ -193,6 +193,15 @@ def plot(rows, path):
         subprocess.run([gp], input="\n".join(script), text=True, check=True)
 
 
+def pct(r, key, side="attn"):
+    """A call's GFLOP/s against the in-run sgemm: attn's rate, scaled by attn's time over
+    the side's (both sides do the same nominal FLOPs)."""
+    if key == "train":  # nominal: three times the forward's FLOPs (dx and dW per GEMM)
+        return 3 * pct(r, "fwd") * r["attn_fwd"] / r[f"{side}_train"]
+    rate = r["fwd_rate" if key == "fwd" else "mha_rate"]
+    return 100 * rate * r[f"attn_{key}"] / r[f"{side}_{key}"] / r["gemm"]
+
+
 def encoder_main(a, root):
     bench = a.bench or find_exe(root, "attn-bench-encoder")
     global torch
@@ -236,20 +245,24 @@ def encoder_main(a, root):
           f"OpenBLAS {par}, kernel {core} ({', '.join(sorted({os.path.dirname(p) for p in paths}))}); "
           f"median of {a.reps} after {a.warmup} warm-up; loadavg {load0} before, {load1} after")
     print("torch/attn > 1: attn faster. block/mha %: GFLOP/s of the call against the in-run "
-          "2048^3 sgemm; load: 1-minute loadavg as the row finished (this run's own 2 threads included)")
+          "2048^3 sgemm, attn's then torch's (the block's nominal FLOPs over each side's time; "
+          "training: three times the forward's); "
+          "load: 1-minute loadavg as the row finished (this run's own 2 threads included)")
     hdr = (f"{'T':>5} {'mask':>6} | {'fwd attn':>9} {'torch':>9} {'t/a':>5} | "
-           f"{'train attn':>10} {'torch':>9} {'t/a':>5} | {'bwd/fwd':>7} | {'mha attn':>9} "
-           f"{'torch':>9} {'t/a':>5} | {'block%':>6} {'mha%':>5} | {'load':>5}")
+           f"{'train attn':>10} {'torch':>9} {'t/a':>5} | {'train% a':>8} {'t':>4} | {'bwd/fwd':>7} | {'mha attn':>9} "
+           f"{'torch':>9} {'t/a':>5} | {'block% a':>8} {'t':>4} | {'mha% a':>6} {'t':>4} | {'load':>5}")
     print(hdr)
     for r in rows:
         tr = (f"{r['attn_train']:>10.2f} {r['torch_train']:>9.2f} "
-              f"{r['torch_train'] / r['attn_train']:>5.2f}" if a.train else f"{'-':>26}")
+              f"{r['torch_train'] / r['attn_train']:>5.2f} | {pct(r, 'train'):>7.0f}% "
+              f"{pct(r, 'train', 'torch'):>3.0f}%" if a.train else f"{'-':>26} | {'-':>13}")
         bf = r["attn_bwd"] / r["attn_fwd"] if a.train else 0.0
         print(f"{r['n']:>5} {'causal' if r['causal'] else 'none':>6} | {r['attn_fwd']:>9.2f} "
               f"{r['torch_fwd']:>9.2f} {r['torch_fwd'] / r['attn_fwd']:>5.2f} | {tr} | "
               f"{bf:>7.2f} | {r['attn_mha']:>9.2f} {r['torch_mha']:>9.2f} "
-              f"{r['torch_mha'] / r['attn_mha']:>5.2f} | {100 * r['fwd_rate'] / r['gemm']:>5.0f}% "
-              f"{100 * r['mha_rate'] / r['gemm']:>4.0f}% | {r['load']:>5.2f}")
+              f"{r['torch_mha'] / r['attn_mha']:>5.2f} | {pct(r, 'fwd'):>7.0f}% "
+              f"{pct(r, 'fwd', 'torch'):>3.0f}% | {pct(r, 'mha'):>5.0f}% "
+              f"{pct(r, 'mha', 'torch'):>3.0f}% | {r['load']:>5.2f}")
     if a.csv:
         with open(a.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
