@@ -10,7 +10,7 @@
 /* Shapes for row kernels (last dim = the row). */
 static const shp row_shapes[] = {
     {1, {5}},    {2, {3, 7}},  {2, {4, 1}}, {3, {2, 3, 4}}, {4, {2, 2, 3, 5}},
-    {2, {1, 6}}, {2, {2, 33}}, {2, {0, 4}}, {3, {2, 0, 3}},
+    {2, {1, 6}}, {2, {2, 33}}, {2, {0, 4}}, {3, {2, 0, 3}}, {2, {3, 77}},
 };
 #define NROW_SHAPES (sizeof row_shapes / sizeof *row_shapes)
 
@@ -297,7 +297,8 @@ static void ln_case(attn_dtype dt, const shp *s, lay lx, lay ly, int affine, boo
     int64_t C = s->s[s->nd - 1], ss[ATTN_MAX_DIMS];
     int snd = stat_shape(s, ss);
     tbuf x = mk(dt, s->nd, s->s, lx, &seed, 3.0), y = mk(dt, s->nd, s->s, ly, &seed, 1.0);
-    tbuf g = mk(dt, 1, &C, lx == L_NEG ? L_NEG : L_STRIDED, &seed, 1.5);
+    /* gamma contiguous with both affine parameters: the unit-stride row code */
+    tbuf g = mk(dt, 1, &C, lx == L_NEG ? L_NEG : affine == 3 ? L_CONTIG : L_STRIDED, &seed, 1.5);
     tbuf b = mk(dt, 1, &C, L_CONTIG, &seed, 1.0);
     tbuf mean = mk(dt, snd, ss, ly == L_NEG ? L_NEG : L_STRIDED, &seed, 1.0);
     tbuf rstd = mk(dt, snd, ss, L_CONTIG, &seed, 1.0);
@@ -453,9 +454,12 @@ static void lnb_case(attn_dtype dt, const shp *s, lay lx, int affine, int grads)
     int64_t C = s->s[s->nd - 1], ss[ATTN_MAX_DIMS];
     int snd = stat_shape(s, ss);
     double eps = 1e-3;
-    tbuf x = mk(dt, s->nd, s->s, lx, &seed, 2.0), dy = mk(dt, s->nd, s->s, L_NEG, &seed, 1.0);
-    tbuf g = mk(dt, 1, &C, L_STRIDED, &seed, 1.5);
-    tbuf dx = mk(dt, s->nd, s->s, out_lays[(lx + 1) % NOUT_LAYS], &seed, 1.0);
+    /* x, dy, dx (and gamma) contiguous once per shape: the unit-stride row code */
+    bool unit = lx == L_CONTIG && grads == 7;
+    tbuf x = mk(dt, s->nd, s->s, lx, &seed, 2.0);
+    tbuf dy = mk(dt, s->nd, s->s, unit ? L_CONTIG : L_NEG, &seed, 1.0);
+    tbuf g = mk(dt, 1, &C, grads == 7 ? L_CONTIG : L_STRIDED, &seed, 1.5);
+    tbuf dx = mk(dt, s->nd, s->s, unit ? L_CONTIG : out_lays[(lx + 1) % NOUT_LAYS], &seed, 1.0);
     tbuf dg = mk(dt, 1, &C, L_NEG, &seed, 1.0), db = mk(dt, 1, &C, L_CONTIG, &seed, 1.0);
     tbuf wdx = dup64(&dx.v), wdg = dup64(&dg.v), wdb = dup64(&db.v);
     /* the forward's statistics, in x's dtype */

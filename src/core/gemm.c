@@ -166,7 +166,7 @@ static attn_status gemm_layout(attn_trans ta, attn_trans tb, const attn_view *a,
     size_t total;
     if (!attn__add_sz(p->wa, p->wb, &total) || !attn__add_sz(total, p->wc, &total))
         return ATTN_ERANGE;
-    if (attn_view_numel(c) == 0) /* e.g. 0 batches of (2^31-1, 8): nothing is packed */
+    if (attn__numel(c) == 0) /* e.g. 0 batches of (2^31-1, 8): nothing is packed */
         p->wa = p->wb = p->wc = 0;
     return ATTN_OK;
 }

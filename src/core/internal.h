@@ -192,6 +192,14 @@ static inline bool attn__overlaps_raw(const attn_view *a, const attn_view *b) {
     return alo != ahi && blo != bhi && alo < bhi && blo < ahi;
 }
 
+/* The element count of a view already checked (attn_view_numel checks it again). */
+static inline int64_t attn__numel(const attn_view *v) {
+    int64_t n = 1;
+    for (int k = 0; k < v->ndim; ++k)
+        n *= v->shape[k];
+    return n;
+}
+
 /* Debug-only invariant checks. */
 #include <assert.h>
 #define ATTN_ASSERT(x) assert(x)

@@ -5,6 +5,7 @@
 
 #include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
+#include "kernels/simd.h"
 
 #define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
 #define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */
@@ -130,7 +131,7 @@ void attn__activation_run(attn_act act, const attn_view *x, attn_view *y) {
 void attn__bias_act_run(attn_act act, const attn_view *x, const attn_view *b, attn_view *pre,
                         attn_view *y) {
     ATTN_ASSERT(act_ok(act) && (!pre || k_same_view(pre, x) || !attn__overlaps_raw(pre, x)));
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return;
     attn_view bb = *x;
     if (b) {
@@ -167,7 +168,7 @@ void attn__activation_grad_run(attn_act act, const attn_view *x, const attn_view
     ATTN_ASSERT(act_ok(act) &&
                 (k_check_map(x, false, dy, dx, false) == ATTN_OK ||
                  (!accumulate && k_same_view(dx, dy) && !attn__overlaps_raw(dx, x))));
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx}, true);
@@ -207,7 +208,7 @@ attn_status attn_add(const attn_view *x, const attn_view *b, attn_view *y) {
 
 void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y) {
     ATTN_ASSERT(add_check(x, b, y) == ATTN_OK);
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return;
     attn_view bb;
     attn_status st = broadcast_to(b, x, &bb);
@@ -249,7 +250,7 @@ attn_status attn_add_backward(const attn_view *dy, attn_view *dx, attn_view *db)
 
 void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db) {
     ATTN_ASSERT(add_backward_check(dy, dx, db) == ATTN_OK);
-    if (attn_view_numel(dy) == 0)
+    if (attn__numel(dy) == 0)
         return;
     if (dx) { /* dx := dx + dy */
         k_iter it;

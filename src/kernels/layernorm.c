@@ -4,6 +4,7 @@
 
 #include "kernels/kernels_internal.h"
 #include "kernels/rows.h"
+#include "kernels/simd.h"
 
 /* Instantiate the template for float, then double (include order matters). */
 /* clang-format off */
@@ -89,7 +90,7 @@ void attn__layernorm_run(double eps, const attn_view *x, const attn_view *gamma,
                          const attn_view *beta, attn_view *y, attn_view *mean,
                          attn_view *rstd) {
     ATTN_ASSERT(layernorm_check(eps, x, gamma, beta, y, mean, rstd) == ATTN_OK);
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return;
     k_iter it, ist;
     k_iter_init(&it, 2, (const attn_view *[]){x, y}, false);
@@ -151,7 +152,7 @@ void attn__layernorm_backward_run(const attn_view *x, const attn_view *gamma,
                                   const attn_view *dy, attn_view *dx, attn_view *dgamma,
                                   attn_view *dbeta) {
     ATTN_ASSERT(backward_check(x, gamma, mean, rstd, dy, dx, dgamma, dbeta) == ATTN_OK);
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return;
     k_iter it, ist;
     k_iter_init(&it, 3, (const attn_view *[]){x, dy, dx ? dx : dy}, false);

@@ -142,7 +142,7 @@ static void rope_apply(attn_rope_style style, double base, int64_t offset, attn_
         rp.lstride[k] = x->stride[k];
         rp.nlead *= x->shape[k];
     }
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return;
     if (x->dtype == ATTN_F32)
         rope_f32(&rp, sign, x);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "kernels/rows.h"
+#include "kernels/simd.h"
 
 /* Instantiate the template for float, then double (include order matters). */
 /* clang-format off */
@@ -18,7 +19,7 @@
 
 attn_status attn_softmax(const attn_view *x, attn_view *y) {
     ATTN_TRY(k_check_map(x, true, NULL, y, true));
-    if (attn_view_numel(x) == 0)
+    if (attn__numel(x) == 0)
         return ATTN_OK;
     k_iter it;
     k_iter_init(&it, 2, (const attn_view *[]){x, y}, false);
@@ -31,7 +32,7 @@ attn_status attn_softmax(const attn_view *x, attn_view *y) {
 
 attn_status attn_softmax_backward(const attn_view *y, const attn_view *dy, attn_view *dx) {
     ATTN_TRY(k_check_map(y, false, dy, dx, false));
-    if (attn_view_numel(y) == 0)
+    if (attn__numel(y) == 0)
         return ATTN_OK;
     k_iter it;
     k_iter_init(&it, 3, (const attn_view *[]){y, dy, dx}, false);

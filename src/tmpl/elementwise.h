@@ -66,7 +66,7 @@ static void SFX(act_map)(attn_act act, const T *v, T *y, int64_t n) {
             y[i] = SFX(act_fwd)(act, v[i]);
 }
 
-static void SFX(act_tasks)(void *ctx, int64_t t0, int64_t t1) {
+static ATTN_CLONES void SFX(act_tasks)(void *ctx, int64_t t0, int64_t t1) {
     const SFX(act_ctx) *c = ctx;
     const k_iter *it = c->it;
     int64_t sx = it->rstride[0], sb = it->rstride[1], sp = it->rstride[2], sy = it->rstride[3];
@@ -114,7 +114,7 @@ static void SFX(act)(attn_act act, const k_iter *it, const attn_view *x, const a
                      SFX(act_tasks), &c);
 }
 
-static void SFX(act_bwd_tasks)(void *ctx, int64_t t0, int64_t t1) {
+static ATTN_CLONES void SFX(act_bwd_tasks)(void *ctx, int64_t t0, int64_t t1) {
     const SFX(act_ctx) *c = ctx;
     const k_iter *it = c->it;
     int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2];
@@ -168,7 +168,7 @@ typedef struct SFX(add_ctx) {
     int64_t nchunk;
 } SFX(add_ctx);
 
-static void SFX(add_tasks)(void *ctx, int64_t t0, int64_t t1) {
+static ATTN_CLONES void SFX(add_tasks)(void *ctx, int64_t t0, int64_t t1) {
     const SFX(add_ctx) *c = ctx;
     const k_iter *it = c->it;
     int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2], off[3];
@@ -209,7 +209,7 @@ typedef struct SFX(sum_ctx) {
     int64_t nchunk;
 } SFX(sum_ctx);
 
-static void SFX(sum_tasks)(void *ctx, int64_t t0, int64_t t1) {
+static ATTN_CLONES void SFX(sum_tasks)(void *ctx, int64_t t0, int64_t t1) {
     enum { CHUNK = 256 };
     const SFX(sum_ctx) *c = ctx;
     const k_sum *p = c->p;

@@ -1,19 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /* LayerNorm over rows, forward and backward, for one dtype T (see tmpl/dtype_on.h). */
 
-/* Row statistics by two passes in double: mean, then the biased variance of x - mean. */
+/*
+ * Row statistics by two passes in double: mean, then the biased variance of x - mean.
+ * Each sum runs in K_LN_LANES interleaved partial sums, added in a fixed tree at the
+ * end: the order is the same for every stride and every clone, and with unit strides
+ * the lanes are vector registers (the AVX2 and AVX-512 clones of the callers).
+ */
+enum { SFX(LN_LANES) = 8 };
+
+static inline __attribute__((always_inline)) double SFX(ln_lanes_sum)(const double *s,
+                                                                      double tail) {
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
 static inline __attribute__((always_inline)) void
 SFX(ln_stats)(const T *x, int64_t sx, int64_t n, double eps, double *mean, double *rstd) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i)
-        s += x[i * sx];
-    double mu = s / (double)n, v = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    enum { L = SFX(LN_LANES) };
+    int64_t nl = n / L * L, i;
+    double s[L] = {0}, t = 0;
+    for (i = 0; i < nl; i += L)
+        for (int j = 0; j < L; ++j)
+            s[j] += x[(i + j) * sx];
+    for (; i < n; ++i)
+        t += x[i * sx];
+    double mu = SFX(ln_lanes_sum)(s, t) / (double)n, v[L] = {0};
+    t = 0;
+    for (i = 0; i < nl; i += L)
+        for (int j = 0; j < L; ++j) {
+            double d = x[(i + j) * sx] - mu;
+            v[j] += d * d;
+        }
+    for (; i < n; ++i) {
         double d = x[i * sx] - mu;
-        v += d * d;
+        t += d * d;
     }
     *mean = mu;
-    *rstd = 1.0 / sqrt(v / (double)n + eps);
+    *rstd = 1.0 / sqrt(SFX(ln_lanes_sum)(v, t) / (double)n + eps);
 }
 
 /* The affine parameters of a row (NULL when absent) and their strides. */
@@ -22,18 +45,20 @@ typedef struct SFX(ln_affine) {
     int64_t sg, sb;
 } SFX(ln_affine);
 
-static inline __attribute__((always_inline)) void SFX(ln_row)(const T *x, int64_t sx, T *y,
-                                                              int64_t sy, int64_t n, double mu,
-                                                              double rs, SFX(ln_affine) a) {
-    if (a.g && a.b)
+/* y = (x - mu) rs g + b for one row; strides are arguments so that the unit-stride
+ * call below is compiled with constants. */
+static inline __attribute__((always_inline)) void
+SFX(ln_row)(const T *x, int64_t sx, T *y, int64_t sy, int64_t n, double mu, double rs,
+            const T *g, int64_t sg, const T *b, int64_t sb) {
+    if (g && b)
         for (int64_t i = 0; i < n; ++i)
-            y[i * sy] = (T)((x[i * sx] - mu) * rs * a.g[i * a.sg] + a.b[i * a.sb]);
-    else if (a.g)
+            y[i * sy] = (T)((x[i * sx] - mu) * rs * g[i * sg] + b[i * sb]);
+    else if (g)
         for (int64_t i = 0; i < n; ++i)
-            y[i * sy] = (T)((x[i * sx] - mu) * rs * a.g[i * a.sg]);
-    else if (a.b)
+            y[i * sy] = (T)((x[i * sx] - mu) * rs * g[i * sg]);
+    else if (b)
         for (int64_t i = 0; i < n; ++i)
-            y[i * sy] = (T)((x[i * sx] - mu) * rs + a.b[i * a.sb]);
+            y[i * sy] = (T)((x[i * sx] - mu) * rs + b[i * sb]);
     else
         for (int64_t i = 0; i < n; ++i)
             y[i * sy] = (T)((x[i * sx] - mu) * rs);
@@ -54,21 +79,26 @@ typedef struct SFX(ln_ctx) {
     int64_t sdg, sdb;
 } SFX(ln_ctx);
 
-static void SFX(ln_tasks)(void *ctx, int64_t r0, int64_t r1) {
+/* Rows as tasks; the unit-stride case (x, y, gamma and beta contiguous) is its own
+ * instance of the inlined row code, which the clones vectorize. */
+static ATTN_CLONES void SFX(ln_tasks)(void *ctx, int64_t r0, int64_t r1) {
     const SFX(ln_ctx) *c = ctx;
     const k_iter *it = c->it;
-    int64_t sx = it->rstride[0], sy = it->rstride[1], off[2], soff[2] = {0, 0};
+    int64_t sx = it->rstride[0], sy = it->rstride[1], off[2], soff[2] = {0, 0}, n = it->n;
+    const T *g = c->a.g, *b = c->a.b;
+    bool unit = sx == 1 && sy == 1 && (!g || c->a.sg == 1) && (!b || c->a.sb == 1);
     for (int64_t r = r0; r < r1; ++r) {
         double mu, rs;
         k_iter_row(it, r, off);
-        if (sx == 1)
-            SFX(ln_stats)(c->x + off[0], 1, it->n, c->eps, &mu, &rs);
-        else
-            SFX(ln_stats)(c->x + off[0], sx, it->n, c->eps, &mu, &rs);
-        if (sx == 1 && sy == 1)
-            SFX(ln_row)(c->x + off[0], 1, c->y + off[1], 1, it->n, mu, rs, c->a);
-        else
-            SFX(ln_row)(c->x + off[0], sx, c->y + off[1], sy, it->n, mu, rs, c->a);
+        const T *x = c->x + off[0];
+        T *y = c->y + off[1];
+        if (unit) {
+            SFX(ln_stats)(x, 1, n, c->eps, &mu, &rs);
+            SFX(ln_row)(x, 1, y, 1, n, mu, rs, g, 1, b, 1);
+        } else {
+            SFX(ln_stats)(x, sx, n, c->eps, &mu, &rs);
+            SFX(ln_row)(x, sx, y, sy, n, mu, rs, g, c->a.sg, b, c->a.sb);
+        }
         if (c->ist) {
             k_iter_row(c->ist, r, soff);
             if (c->mean)
@@ -93,30 +123,53 @@ static void SFX(layernorm)(double eps, const k_iter *it, const attn_view *x, att
  *   dx += rstd * (g - mean(g) - xh * mean(g * xh))
  * (the LayerNorm Jacobian applied to g; see e.g. llm.c's layernorm_backward).
  */
-static void SFX(ln_bwd_dx_tasks)(void *ctx, int64_t r0, int64_t r1) {
+/* One row of the dx backward (g: gamma or NULL); the sums in lanes as in ln_stats. */
+static inline __attribute__((always_inline)) void
+SFX(ln_bwd_row)(const T *xr, int64_t sx, const T *dyr, int64_t sdy, T *dxr, int64_t sdx,
+                const T *g, int64_t sg, int64_t n, double mu, double rs) {
+    enum { L = SFX(LN_LANES) };
+    int64_t nl = n / L * L, i;
+    double a1[L] = {0}, ax[L] = {0}, t1 = 0, tx = 0;
+    for (i = 0; i < nl; i += L)
+        for (int j = 0; j < L; ++j) {
+            int64_t k = i + j;
+            double gi = g ? (double)dyr[k * sdy] * g[k * sg] : dyr[k * sdy];
+            a1[j] += gi;
+            ax[j] += gi * ((xr[k * sx] - mu) * rs);
+        }
+    for (; i < n; ++i) {
+        double gi = g ? (double)dyr[i * sdy] * g[i * sg] : dyr[i * sdy];
+        t1 += gi;
+        tx += gi * ((xr[i * sx] - mu) * rs);
+    }
+    double sg1 = SFX(ln_lanes_sum)(a1, t1) / (double)n;
+    double sgx = SFX(ln_lanes_sum)(ax, tx) / (double)n;
+    for (i = 0; i < n; ++i) {
+        double gi = g ? (double)dyr[i * sdy] * g[i * sg] : dyr[i * sdy];
+        double xh = (xr[i * sx] - mu) * rs;
+        dxr[i * sdx] += (T)(rs * (gi - sg1 - xh * sgx));
+    }
+}
+
+static ATTN_CLONES void SFX(ln_bwd_dx_tasks)(void *ctx, int64_t r0, int64_t r1) {
     const SFX(ln_ctx) *c = ctx;
     const k_iter *it = c->it;
     const T *g = c->g;
     int64_t n = it->n, sx = it->rstride[0], sdy = it->rstride[1], sdx = it->rstride[2];
     int64_t sg = c->sg, off[3], soff[2];
+    bool unit = sx == 1 && sdy == 1 && sdx == 1 && (!g || sg == 1);
     for (int64_t r = r0; r < r1; ++r) {
         k_iter_row(it, r, off);
         k_iter_row(c->ist, r, soff);
         const T *xr = c->x + off[0], *dyr = c->dy + off[1];
         T *dxr = c->y + off[2];
-        double mu = c->cmean[soff[0]], rs = c->crstd[soff[1]], sg1 = 0, sgx = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            double gi = g ? (double)dyr[i * sdy] * g[i * sg] : dyr[i * sdy];
-            sg1 += gi;
-            sgx += gi * (xr[i * sx] - mu) * rs;
-        }
-        sg1 /= (double)n;
-        sgx /= (double)n;
-        for (int64_t i = 0; i < n; ++i) {
-            double gi = g ? (double)dyr[i * sdy] * g[i * sg] : dyr[i * sdy];
-            double xh = (xr[i * sx] - mu) * rs;
-            dxr[i * sdx] += (T)(rs * (gi - sg1 - xh * sgx));
-        }
+        double mu = c->cmean[soff[0]], rs = c->crstd[soff[1]];
+        if (unit && g)
+            SFX(ln_bwd_row)(xr, 1, dyr, 1, dxr, 1, g, 1, n, mu, rs);
+        else if (unit)
+            SFX(ln_bwd_row)(xr, 1, dyr, 1, dxr, 1, NULL, 0, n, mu, rs);
+        else
+            SFX(ln_bwd_row)(xr, sx, dyr, sdy, dxr, sdx, g, sg, n, mu, rs);
     }
 }
 
@@ -131,27 +184,42 @@ static void SFX(layernorm_bwd_dx)(const k_iter *it, const attn_view *x, const at
 
 enum { SFX(LN_PCHUNK) = 128 };
 
-static void SFX(ln_bwd_params_tasks)(void *ctx, int64_t k0, int64_t k1) {
+/* One chunk row of the parameter sums (ag += dy xh, ab += dy). */
+static inline __attribute__((always_inline)) void
+SFX(ln_params_row)(const T *xr, int64_t sx, const T *dyr, int64_t sdy, int64_t len, double mu,
+                   double rs, double *restrict ag, double *restrict ab) {
+    if (ag)
+        for (int64_t i = 0; i < len; ++i)
+            ag[i] += (double)dyr[i * sdy] * ((xr[i * sx] - mu) * rs);
+    if (ab)
+        for (int64_t i = 0; i < len; ++i)
+            ab[i] += dyr[i * sdy];
+}
+
+static ATTN_CLONES void SFX(ln_bwd_params_tasks)(void *ctx, int64_t k0, int64_t k1) {
     enum { CHUNK = SFX(LN_PCHUNK) };
     const SFX(ln_ctx) *c = ctx;
     const k_iter *it = c->it;
     T *dg = c->dg, *db = c->db;
     int64_t sx = it->rstride[0], sdy = it->rstride[1], off[3], soff[2];
+    bool unit = sx == 1 && sdy == 1;
     for (int64_t k = k0; k < k1; ++k) {
         int64_t c0 = k * CHUNK, len = it->n - c0 < CHUNK ? it->n - c0 : CHUNK;
         double ag[CHUNK] = {0}, ab[CHUNK] = {0};
         for (int64_t r = 0; r < it->nrows; ++r) {
             k_iter_row(it, r, off);
             const T *xr = c->x + off[0] + c0 * sx, *dyr = c->dy + off[1] + c0 * sdy;
+            double mu = 0, rs = 0;
             if (dg) {
                 k_iter_row(c->ist, r, soff);
-                double mu = c->cmean[soff[0]], rs = c->crstd[soff[1]];
-                for (int64_t i = 0; i < len; ++i)
-                    ag[i] += (double)dyr[i * sdy] * ((xr[i * sx] - mu) * rs);
+                mu = c->cmean[soff[0]];
+                rs = c->crstd[soff[1]];
             }
-            if (db)
-                for (int64_t i = 0; i < len; ++i)
-                    ab[i] += dyr[i * sdy];
+            if (unit)
+                SFX(ln_params_row)(xr, 1, dyr, 1, len, mu, rs, dg ? ag : NULL, db ? ab : NULL);
+            else
+                SFX(ln_params_row)(xr, sx, dyr, sdy, len, mu, rs, dg ? ag : NULL,
+                                   db ? ab : NULL);
         }
         for (int64_t i = 0; i < len; ++i) {
             if (dg)

@@ -12,10 +12,18 @@ static inline __attribute__((always_inline)) void SFX(softmax_row)(const T *x, i
                                                                    int64_t sy, int64_t n) {
     T m = -INFINITY;
     bool nan = false;
-    for (int64_t i = 0; i < n; ++i) {
-        T v = x[i * sx];
-        m = v > m ? v : m;
-        nan |= v != v;
+    if (sx == 1) { /* the vectorized max (NaN skipped), then a vectorized NaN test */
+        m = T_VMAX(x, n);
+        int any = 0;
+        for (int64_t i = 0; i < n; ++i)
+            any |= x[i] != x[i];
+        nan = any != 0;
+    } else {
+        for (int64_t i = 0; i < n; ++i) {
+            T v = x[i * sx];
+            m = v > m ? v : m;
+            nan |= v != v;
+        }
     }
     if (nan || m == -INFINITY || m == INFINITY) {
         int64_t ninf = 0;
@@ -55,7 +63,7 @@ typedef struct SFX(sm_ctx) {
     T *out;
 } SFX(sm_ctx);
 
-static void SFX(softmax_tasks)(void *ctx, int64_t r0, int64_t r1) {
+static ATTN_CLONES void SFX(softmax_tasks)(void *ctx, int64_t r0, int64_t r1) {
     const SFX(sm_ctx) *c = ctx;
     const k_iter *it = c->it;
     int64_t sx = it->rstride[0], sy = it->rstride[1], off[2];
@@ -79,14 +87,20 @@ static inline __attribute__((always_inline)) void SFX(softmax_bwd_row)(const T *
                                                                        const T *dy, int64_t sdy,
                                                                        T *dx, int64_t sdx,
                                                                        int64_t n) {
-    double dot = 0;
-    for (int64_t i = 0; i < n; ++i)
+    enum { L = 8 }; /* the dot in 8 interleaved lanes: vector registers with unit strides */
+    int64_t nl = n / L * L, i;
+    double a[L] = {0}, dot = 0;
+    for (i = 0; i < nl; i += L)
+        for (int j = 0; j < L; ++j)
+            a[j] += (double)y[(i + j) * sy] * dy[(i + j) * sdy];
+    for (; i < n; ++i)
         dot += (double)y[i * sy] * dy[i * sdy];
-    for (int64_t i = 0; i < n; ++i)
+    dot += ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    for (i = 0; i < n; ++i)
         dx[i * sdx] += (T)(y[i * sy] * (dy[i * sdy] - dot));
 }
 
-static void SFX(softmax_bwd_tasks)(void *ctx, int64_t r0, int64_t r1) {
+static ATTN_CLONES void SFX(softmax_bwd_tasks)(void *ctx, int64_t r0, int64_t r1) {
     const SFX(sm_ctx) *c = ctx;
     const k_iter *it = c->it;
     int64_t s0 = it->rstride[0], s1 = it->rstride[1], s2 = it->rstride[2], off[3];
