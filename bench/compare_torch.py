@@ -202,6 +202,33 @@ def pct(r, key, side="attn"):
     return 100 * rate * r[f"attn_{key}"] / r[f"{side}_{key}"] / r["gemm"]
 
 
+def encoder_pair(a, bench, n, causal):
+    """One attn run then one torch run of row (n, causal): times in ms, rates, load."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "enc.csv")
+        cmd = [bench, "--d", str(a.d), "--heads", str(a.heads), "--ff", str(a.ff),
+               "--batch", str(a.batch), "--threads", str(a.threads),
+               "--reps", str(a.reps), "--warmup", str(a.warmup), "--n", str(n),
+               "--csv", out]
+        cmd += ["--causal"] if causal else []
+        cmd += [] if a.train else ["--no-train"]
+        print("running:", " ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True)
+        with open(out) as fh:
+            o = {int(r["n"]): r for r in csv.DictReader(fh)}[n]
+    t = torch_encoder_times(a, n, causal)
+    r = {"gemm": float(o["gemm_gflops"]),
+         "attn_fwd": float(o["fwd_ms"]), "torch_fwd": 1e3 * t["fwd"],
+         "attn_mha": float(o["mha_ms"]), "torch_mha": 1e3 * t["mha"],
+         "fwd_rate": float(o["fwd_gflops"]), "mha_rate": float(o["mha_gflops"]),
+         "attn_train": float(o["train_ms"]) if a.train else 0.0,
+         "torch_train": 1e3 * t["train"] if a.train else 0.0,
+         "attn_bwd": float(o["bwd_ms"]) if a.train else 0.0,
+         "load": float(loadavg().split()[0])}
+    print(f"  T {n} {'causal' if causal else 'non-causal'} done", file=sys.stderr)
+    return r
+
+
 def encoder_main(a, root):
     bench = a.bench or find_exe(root, "attn-bench-encoder")
     global torch
@@ -213,37 +240,25 @@ def encoder_main(a, root):
     rows = []
     modes = {"no": [0], "yes": [1], "both": [0, 1]}[a.causal_mode]
     for causal in modes:
-        # one T at a time, attn then torch, so that a machine whose load drifts
-        # during the run loads both sides of a row alike
+        # one T at a time, attn then torch (--pairs times), so that a machine whose
+        # load or speed drifts during the run falls on both sides of a row alike
         for n in [int(s) for s in a.n.split(",")]:
-            with tempfile.TemporaryDirectory() as tmp:
-                out = os.path.join(tmp, "enc.csv")
-                cmd = [bench, "--d", str(a.d), "--heads", str(a.heads), "--ff", str(a.ff),
-                       "--batch", str(a.batch), "--threads", str(a.threads),
-                       "--reps", str(a.reps), "--warmup", str(a.warmup), "--n", str(n),
-                       "--csv", out]
-                cmd += ["--causal"] if causal else []
-                cmd += [] if a.train else ["--no-train"]
-                print("running:", " ".join(cmd), file=sys.stderr)
-                subprocess.run(cmd, check=True)
-                with open(out) as fh:
-                    o = {int(r["n"]): r for r in csv.DictReader(fh)}[n]
-            t = torch_encoder_times(a, n, causal)
-            r = {"n": n, "causal": causal, "gemm": float(o["gemm_gflops"]),
-                 "attn_fwd": float(o["fwd_ms"]), "torch_fwd": 1e3 * t["fwd"],
-                 "attn_mha": float(o["mha_ms"]), "torch_mha": 1e3 * t["mha"],
-                 "fwd_rate": float(o["fwd_gflops"]), "mha_rate": float(o["mha_gflops"]),
-                 "attn_train": float(o["train_ms"]) if a.train else 0.0,
-                 "torch_train": 1e3 * t["train"] if a.train else 0.0,
-                 "attn_bwd": float(o["bwd_ms"]) if a.train else 0.0,
-                 "load": float(loadavg().split()[0])}
+            pairs = [encoder_pair(a, bench, n, causal) for _ in range(a.pairs)]
+            r = {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
+            # each ratio is the median over pairs of that pair's own ratio: a drift of the
+            # machine between pairs falls on both sides of each
+            for key in ("fwd", "train", "mha"):
+                if r[f"attn_{key}"] > 0:
+                    r[f"ratio_{key}"] = statistics.median(p[f"torch_{key}"] / p[f"attn_{key}"]
+                                                          for p in pairs)
+            r["n"], r["causal"], r["pairs"] = n, causal, a.pairs
             rows.append(r)
-            print(f"  T {n} {'causal' if causal else 'non-causal'} done", file=sys.stderr)
     load1 = loadavg()
     print(f"attn vs PyTorch {torch.__version__}: encoder block, d {a.d}, {a.heads} heads, "
           f"F {a.ff}, B {a.batch}, f32, pre-norm, GELU erf; {a.threads} threads both sides; "
           f"OpenBLAS {par}, kernel {core} ({', '.join(sorted({os.path.dirname(p) for p in paths}))}); "
-          f"median of {a.reps} after {a.warmup} warm-up; loadavg {load0} before, {load1} after")
+          f"median of {a.reps} after {a.warmup} warm-up, {a.pairs} attn/torch pair(s) per row; "
+          f"loadavg {load0} before, {load1} after")
     print("torch/attn > 1: attn faster. block/mha %: GFLOP/s of the call against the in-run "
           "2048^3 sgemm, attn's then torch's (the block's nominal FLOPs over each side's time; "
           "training: three times the forward's); "
@@ -254,13 +269,13 @@ def encoder_main(a, root):
     print(hdr)
     for r in rows:
         tr = (f"{r['attn_train']:>10.2f} {r['torch_train']:>9.2f} "
-              f"{r['torch_train'] / r['attn_train']:>5.2f} | {pct(r, 'train'):>7.0f}% "
+              f"{r['ratio_train']:>5.2f} | {pct(r, 'train'):>7.0f}% "
               f"{pct(r, 'train', 'torch'):>3.0f}%" if a.train else f"{'-':>26} | {'-':>13}")
         bf = r["attn_bwd"] / r["attn_fwd"] if a.train else 0.0
         print(f"{r['n']:>5} {'causal' if r['causal'] else 'none':>6} | {r['attn_fwd']:>9.2f} "
-              f"{r['torch_fwd']:>9.2f} {r['torch_fwd'] / r['attn_fwd']:>5.2f} | {tr} | "
+              f"{r['torch_fwd']:>9.2f} {r['ratio_fwd']:>5.2f} | {tr} | "
               f"{bf:>7.2f} | {r['attn_mha']:>9.2f} {r['torch_mha']:>9.2f} "
-              f"{r['torch_mha'] / r['attn_mha']:>5.2f} | {pct(r, 'fwd'):>7.0f}% "
+              f"{r['ratio_mha']:>5.2f} | {pct(r, 'fwd'):>7.0f}% "
               f"{pct(r, 'fwd', 'torch'):>3.0f}% | {pct(r, 'mha'):>5.0f}% "
               f"{pct(r, 'mha', 'torch'):>3.0f}% | {r['load']:>5.2f}")
     if a.csv:
@@ -297,6 +312,9 @@ def main():
                    help="run both sides on Debian's OpenBLAS build of that threading "
                         "(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-<blas>)")
     p.add_argument("--plot", help="--encoder: a PNG of time against T (gnuplot)")
+    p.add_argument("--pairs", type=int, default=1,
+                   help="--encoder: run each row this many times, attn then torch; times are "
+                        "medians over the pairs, ratios the median of each pair's ratio")
     a = p.parse_args()
     a.ff = a.ff or 4 * a.d
     if a.d % a.heads:
