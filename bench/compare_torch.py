@@ -28,9 +28,12 @@ sides on the same Debian OpenBLAS build (LD_LIBRARY_PATH, re-executing this
 script), /proc/loadavg before and after, and --plot FILE.png (gnuplot).
 
 Both sides run under the same thread environment, set before torch is
-imported: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = --threads, and, unless
-set, OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE (attn-bench --tuned-env's
-settings; torch 1.13 here also mixes OpenMP with the pthread OpenBLAS).
+imported: OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = --threads; everything
+else is passed on as given. --tuned-env also sets, where unset,
+OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE (attn-bench
+--tuned-env's settings; torch 1.13 here also mixes OpenMP with the pthread
+OpenBLAS). --pairs K runs each --encoder row K times, attn then torch, and
+takes each ratio as the median of the pairs' own ratios.
 """
 import argparse
 import csv
@@ -164,31 +167,41 @@ def torch_encoder_times(a, n, causal):
 
 
 def plot(rows, path):
+    """Times against T (both sides, both masks) and torch/attn against T with the 1.15 line."""
     gp = shutil.which("gnuplot")
     if not gp:
         print("compare_torch.py: no gnuplot, no plot", file=sys.stderr)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        blocks = []
+        files = {}
         for causal in (0, 1):
             for key in ("fwd", "train"):
                 fn = os.path.join(tmp, f"{key}{causal}.dat")
                 with open(fn, "w") as fh:
                     for r in rows:
                         if r["causal"] == causal and r.get(f"torch_{key}"):
-                            fh.write(f"{r['n']} {r['attn_' + key]} {r['torch_' + key]}\n")
-                blocks.append((causal, key, fn))
-        script = [f"set terminal pngcairo size 1200,900 font ',10'", f"set output '{path}'",
+                            fh.write(f"{r['n']} {r['attn_' + key]} {r['torch_' + key]} "
+                                     f"{r['ratio_' + key]}\n")
+                files[key, causal] = fn
+        script = ["set terminal pngcairo size 1200,900 font ',10'", f"set output '{path}'",
                   "set multiplot layout 2,2 title 'encoder block: attn vs PyTorch 1.13, "
-                  "same OpenBLAS and threads'",
-                  "set logscale xy", "set grid", "set xlabel 'T'", "set ylabel 'ms'",
-                  "set key top left"]
-        for causal, key, fn in blocks:
-            title = ("forward (inference)" if key == "fwd" else "training step (fwd + bwd)") + \
-                (", causal" if causal else "")
-            script += [f"set title '{title}'",
-                       f"plot '{fn}' using 1:2 with linespoints title 'attn', "
-                       f"'' using 1:3 with linespoints title 'torch'"]
+                  "same OpenBLAS and threads'", "set grid", "set xlabel 'T'",
+                  "set key top left", "set logscale x"]
+        for key, title in (("fwd", "forward (inference)"), ("train", "training step")):
+            f0, f1 = files[key, 0], files[key, 1]
+            script += ["set logscale y", "set ylabel 'ms'", f"set title '{title}: time'",
+                       f"plot '{f0}' using 1:2 with linespoints title 'attn', "
+                       f"'' using 1:3 with linespoints title 'torch', "
+                       f"'{f1}' using 1:2 with linespoints title 'attn causal', "
+                       f"'' using 1:3 with linespoints title 'torch causal'"]
+        for key, title in (("fwd", "forward"), ("train", "training step")):
+            f0, f1 = files[key, 0], files[key, 1]
+            script += ["unset logscale y", "set ylabel 'torch / attn'",
+                       f"set title '{title}: torch time / attn time (above 1: attn faster)'",
+                       f"plot '{f0}' using 1:4 with linespoints title 'no mask', "
+                       f"'{f1}' using 1:4 with linespoints title 'causal', "
+                       "1.15 with lines dashtype 2 title 'target 1.15', "
+                       "1 with lines lc rgb 'gray' notitle"]
         script.append("unset multiplot")
         subprocess.run([gp], input="\n".join(script), text=True, check=True)
 
@@ -259,6 +272,9 @@ def encoder_main(a, root):
           f"OpenBLAS {par}, kernel {core} ({', '.join(sorted({os.path.dirname(p) for p in paths}))}); "
           f"median of {a.reps} after {a.warmup} warm-up, {a.pairs} attn/torch pair(s) per row; "
           f"loadavg {load0} before, {load1} after")
+    env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
+                   if k.startswith(("OMP_", "OPENBLAS_", "GOMP_")))
+    print(f"environment: {env}")
     print("torch/attn > 1: attn faster. block/mha %: GFLOP/s of the call against the in-run "
           "2048^3 sgemm, attn's then torch's (the block's nominal FLOPs over each side's time; "
           "training: three times the forward's); "
@@ -312,6 +328,10 @@ def main():
                    help="run both sides on Debian's OpenBLAS build of that threading "
                         "(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-<blas>)")
     p.add_argument("--plot", help="--encoder: a PNG of time against T (gnuplot)")
+    p.add_argument("--tuned-env", action="store_true",
+                   help="set OPENBLAS_THREAD_TIMEOUT=4 and OMP_WAIT_POLICY=PASSIVE where unset "
+                        "(attn-bench --tuned-env's settings); by default both sides run in the "
+                        "environment they are given, as a user's program does")
     p.add_argument("--pairs", type=int, default=1,
                    help="--encoder: run each row this many times, attn then torch; times are "
                         "medians over the pairs, ratios the median of each pair's ratio")
@@ -329,8 +349,9 @@ def main():
     for var, val in (("OMP_NUM_THREADS", str(a.threads)),
                      ("OPENBLAS_NUM_THREADS", str(a.threads))):
         os.environ[var] = val
-    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if a.tuned_env:
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if a.encoder:
         if a.n == DEFAULT_N:
             a.n = "64,128,256,512,1024,2048,4096,8192"
