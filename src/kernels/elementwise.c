@@ -7,9 +7,6 @@
 #include "kernels/rows.h"
 #include "kernels/simd.h"
 
-#define K_SQRT_2_PI    0.79788456080286535588 /* sqrt(2/pi) */
-#define K_SQRT1_2      0.70710678118654752440 /* 1/sqrt(2) */
-#define K_INV_SQRT_2PI 0.39894228040143267794 /* 1/sqrt(2 pi) */
 
 /*
  * The row and elementwise kernels' parallel loop: tasks [0, ntasks) split in

@@ -4,6 +4,8 @@
 #undef T_IS_F32
 #undef T_VEXP_SUM
 #undef T_VMAX
+#undef T_VGELU
+#undef T_VGELU_GRAD
 #undef SFX
 #undef T_EXP
 #undef T_TANH

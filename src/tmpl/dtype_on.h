@@ -10,6 +10,8 @@
 #define T_ERFC     erfcf
 #define T_VEXP_SUM attn__vexp_sum_f32
 #define T_VMAX     attn__vmax_f32
+#define T_VGELU    attn__vgelu_f32
+#define T_VGELU_GRAD attn__vgelu_grad_f32
 #elif defined(ATTN_TMPL_F64)
 #define T          double
 #define T_IS_F32   0
@@ -19,6 +21,8 @@
 #define T_ERFC     erfc
 #define T_VEXP_SUM attn__vexp_sum_f64
 #define T_VMAX     attn__vmax_f64
+#define T_VGELU    attn__vgelu_f64
+#define T_VGELU_GRAD attn__vgelu_grad_f64
 #else
 #error "define ATTN_TMPL_F32 or ATTN_TMPL_F64 before including tmpl/dtype_on.h"
 #endif

@@ -3,46 +3,20 @@
  * dtype T (see tmpl/dtype_on.h). */
 
 /*
- * Forward in T's own precision (the FFN's hot loop); the formulas are the seeds':
- *   GELU tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
- *   GELU erf:  0.5 x (1 + erf(x / sqrt(2))), written as 0.5 x erfc(-x / sqrt(2)), which
- *              is the same function without the cancellation for negative x
- *   ReLU:      max(x, 0); NaN stays NaN.
+ * The GELUs (tanh and erf forms) and their derivatives are the vectorized kernels
+ * T_VGELU and T_VGELU_GRAD (src/kernels/vmath.c for f32, vmath_f64.c for f64), which
+ * state their formulas; ReLU is here: max(x, 0) with NaN kept, derivative 0 at x = 0
+ * (PyTorch's choice) and NaN propagated.
  */
-static inline T SFX(act_fwd)(attn_act act, T x) {
-    switch (act) {
-    case ATTN_ACT_GELU_TANH:
-        return (T)0.5 * x * ((T)1 + T_TANH((T)K_SQRT_2_PI * (x + (T)0.044715 * x * x * x)));
-    case ATTN_ACT_GELU_ERF:
-        return (T)0.5 * x * T_ERFC(-x * (T)K_SQRT1_2);
-    case ATTN_ACT_RELU:
-        break;
-    }
-    return x < 0 ? (T)0 : x;
-}
+static inline T SFX(relu)(T x) { return x < 0 ? (T)0 : x; }
 
-/* act'(x) in double (f32 GELU takes the vectorized attn__vgelu_grad_f32 instead). */
-static inline double SFX(act_grad)(attn_act act, double x) {
-    switch (act) {
-    case ATTN_ACT_GELU_TANH: {
-        double u = K_SQRT_2_PI * (x + 0.044715 * x * x * x), t = tanh(u);
-        return 0.5 * (1 + t) +
-               0.5 * x * (1 - t) * (1 + t) * K_SQRT_2_PI * (1 + 3 * 0.044715 * x * x);
-    }
-    case ATTN_ACT_GELU_ERF: /* Phi(x) + x phi(x) */
-        return 0.5 * erfc(-x * K_SQRT1_2) + x * exp(-0.5 * x * x) * K_INV_SQRT_2PI;
-    case ATTN_ACT_RELU:
-        break;
-    }
-    return x > 0 ? 1.0 : x == x ? 0.0 : x; /* 0 at x = 0 (PyTorch); NaN propagates */
-}
+static inline T SFX(relu_grad)(T x) { return x > 0 ? (T)1 : x == x ? (T)0 : x; }
 
 /*
  * The activation maps run over tasks (a task: one chunk of K_CHUNK elements of
  * one row), split among the threads attn__threads grants (src/kernels/
- * elementwise.c). f32 GELU takes the vectorized kernels of src/kernels/vmath.c
- * on contiguous chunks (strided ones are gathered into a stack buffer); f64 and
- * ReLU the scalar formulas above (f64: libm, so exact to the formula).
+ * elementwise.c). GELU takes the vectorized kernels on contiguous chunks
+ * (strided ones are gathered into a stack buffer), ReLU the loops above.
  *
  * The forward is also the bias + activation epilogue of a GEMM: y = act(x + b)
  * with b (n) broadcast over rows, the pre-activation x + b optionally stored in
@@ -59,11 +33,11 @@ typedef struct SFX(act_ctx) {
 } SFX(act_ctx);
 
 static void SFX(act_map)(attn_act act, const T *v, T *y, int64_t n) {
-    if (T_IS_F32 && act != ATTN_ACT_RELU)
-        attn__vgelu_f32(act, (const float *)(const void *)v, (float *)(void *)y, n);
+    if (act != ATTN_ACT_RELU)
+        T_VGELU(act, v, y, n);
     else
         for (int64_t i = 0; i < n; ++i)
-            y[i] = SFX(act_fwd)(act, v[i]);
+            y[i] = SFX(relu)(v[i]);
 }
 
 static ATTN_CLONES void SFX(act_tasks)(void *ctx, int64_t t0, int64_t t1) {
@@ -125,11 +99,9 @@ static ATTN_CLONES void SFX(act_bwd_tasks)(void *ctx, int64_t t0, int64_t t1) {
         k_iter_row(it, r, off);
         const T *xr = c->x + off[0] + c0 * s0, *dyr = c->dy + off[1] + c0 * s1;
         T *dxr = c->y + off[2] + c0 * s2;
-        if (T_IS_F32 && c->act != ATTN_ACT_RELU) {
+        if (c->act != ATTN_ACT_RELU) {
             if (s0 == 1 && s1 == 1 && s2 == 1) {
-                attn__vgelu_grad_f32(c->act, (const float *)(const void *)xr,
-                                     (const float *)(const void *)dyr, (float *)(void *)dxr,
-                                     len, c->acc);
+                T_VGELU_GRAD(c->act, xr, dyr, dxr, len, c->acc);
                 continue;
             }
             for (int64_t i = 0; i < len; ++i) {
@@ -137,18 +109,17 @@ static ATTN_CLONES void SFX(act_bwd_tasks)(void *ctx, int64_t t0, int64_t t1) {
                 bd[i] = dyr[i * s1];
                 bo[i] = c->acc ? dxr[i * s2] : (T)0;
             }
-            attn__vgelu_grad_f32(c->act, (const float *)(const void *)bx,
-                                 (const float *)(const void *)bd, (float *)(void *)bo, len, true);
+            T_VGELU_GRAD(c->act, bx, bd, bo, len, true);
             for (int64_t i = 0; i < len; ++i)
                 dxr[i * s2] = bo[i];
             continue;
         }
         if (c->acc)
             for (int64_t i = 0; i < len; ++i)
-                dxr[i * s2] += (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
+                dxr[i * s2] += SFX(relu_grad)(xr[i * s0]) * dyr[i * s1];
         else
             for (int64_t i = 0; i < len; ++i)
-                dxr[i * s2] = (T)(SFX(act_grad)(c->act, xr[i * s0]) * dyr[i * s1]);
+                dxr[i * s2] = SFX(relu_grad)(xr[i * s0]) * dyr[i * s1];
     }
 }
 
