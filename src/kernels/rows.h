@@ -153,6 +153,17 @@ static inline attn_status k_check_map(const attn_view *a, bool unary, const attn
 }
 
 /* Elements per task of the elementwise maps (a stack buffer of this many T). */
+/*
+ * Row sums in double in K_LANES interleaved partial sums (s[j] takes elements
+ * i + j, i a multiple of K_LANES; the rest goes to tail), added in this fixed tree:
+ * one order for every stride and every clone, and vector registers for unit strides.
+ */
+enum { K_LANES = 8 };
+static inline __attribute__((always_inline)) double k_lanes_sum(const double *s,
+                                                                double tail) {
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
 #define K_CHUNK     1024
 #define K_ACT_FLOPS 40.0 /* a GELU element, in flop-equivalents for attn__threads */
 #define K_MEM_FLOPS 4.0  /* an element of a memory-bound pass (add, sum, copy) */

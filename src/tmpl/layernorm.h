@@ -1,22 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* LayerNorm over rows, forward and backward, for one dtype T (see tmpl/dtype_on.h). */
 
-/*
- * Row statistics by two passes in double: mean, then the biased variance of x - mean.
- * Each sum runs in K_LN_LANES interleaved partial sums, added in a fixed tree at the
- * end: the order is the same for every stride and every clone, and with unit strides
- * the lanes are vector registers (the AVX2 and AVX-512 clones of the callers).
- */
-enum { SFX(LN_LANES) = 8 };
-
-static inline __attribute__((always_inline)) double SFX(ln_lanes_sum)(const double *s,
-                                                                      double tail) {
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
-}
-
+/* Row statistics by two passes in double, summed in lanes (k_lanes_sum, rows.h):
+ * the mean, then the biased variance of x - mean. */
 static inline __attribute__((always_inline)) void
 SFX(ln_stats)(const T *x, int64_t sx, int64_t n, double eps, double *mean, double *rstd) {
-    enum { L = SFX(LN_LANES) };
+    enum { L = K_LANES };
     int64_t nl = n / L * L, i;
     double s[L] = {0}, t = 0;
     for (i = 0; i < nl; i += L)
@@ -24,7 +13,7 @@ SFX(ln_stats)(const T *x, int64_t sx, int64_t n, double eps, double *mean, doubl
             s[j] += x[(i + j) * sx];
     for (; i < n; ++i)
         t += x[i * sx];
-    double mu = SFX(ln_lanes_sum)(s, t) / (double)n, v[L] = {0};
+    double mu = k_lanes_sum(s, t) / (double)n, v[L] = {0};
     t = 0;
     for (i = 0; i < nl; i += L)
         for (int j = 0; j < L; ++j) {
@@ -36,7 +25,7 @@ SFX(ln_stats)(const T *x, int64_t sx, int64_t n, double eps, double *mean, doubl
         t += d * d;
     }
     *mean = mu;
-    *rstd = 1.0 / sqrt(SFX(ln_lanes_sum)(v, t) / (double)n + eps);
+    *rstd = 1.0 / sqrt(k_lanes_sum(v, t) / (double)n + eps);
 }
 
 /* The affine parameters of a row (NULL when absent) and their strides. */
@@ -127,7 +116,7 @@ static void SFX(layernorm)(double eps, const k_iter *it, const attn_view *x, att
 static inline __attribute__((always_inline)) void
 SFX(ln_bwd_row)(const T *xr, int64_t sx, const T *dyr, int64_t sdy, T *dxr, int64_t sdx,
                 const T *g, int64_t sg, int64_t n, double mu, double rs) {
-    enum { L = SFX(LN_LANES) };
+    enum { L = K_LANES };
     int64_t nl = n / L * L, i;
     double a1[L] = {0}, ax[L] = {0}, t1 = 0, tx = 0;
     for (i = 0; i < nl; i += L)
@@ -142,8 +131,8 @@ SFX(ln_bwd_row)(const T *xr, int64_t sx, const T *dyr, int64_t sdy, T *dxr, int6
         t1 += gi;
         tx += gi * ((xr[i * sx] - mu) * rs);
     }
-    double sg1 = SFX(ln_lanes_sum)(a1, t1) / (double)n;
-    double sgx = SFX(ln_lanes_sum)(ax, tx) / (double)n;
+    double sg1 = k_lanes_sum(a1, t1) / (double)n;
+    double sgx = k_lanes_sum(ax, tx) / (double)n;
     for (i = 0; i < n; ++i) {
         double gi = g ? (double)dyr[i * sdy] * g[i * sg] : dyr[i * sdy];
         double xh = (xr[i * sx] - mu) * rs;

@@ -87,7 +87,7 @@ static inline __attribute__((always_inline)) void SFX(softmax_bwd_row)(const T *
                                                                        const T *dy, int64_t sdy,
                                                                        T *dx, int64_t sdx,
                                                                        int64_t n) {
-    enum { L = 8 }; /* the dot in 8 interleaved lanes: vector registers with unit strides */
+    enum { L = K_LANES }; /* the dot in lanes (k_lanes_sum, rows.h) */
     int64_t nl = n / L * L, i;
     double a[L] = {0}, dot = 0;
     for (i = 0; i < nl; i += L)
@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void SFX(softmax_bwd_row)(const T *
             a[j] += (double)y[(i + j) * sy] * dy[(i + j) * sdy];
     for (; i < n; ++i)
         dot += (double)y[i * sy] * dy[i * sdy];
-    dot += ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    dot = k_lanes_sum(a, dot);
     for (i = 0; i < n; ++i)
         dx[i * sdx] += (T)(y[i * sy] * (dy[i * sdy] - dot));
 }
