@@ -117,7 +117,7 @@ typedef enum attn_act {
  * which does not cancel for negative x; GELU erf is 0.5 x erfc(-x / sqrt 2).
  * f64: vectorized through glibc's libmvec, within 8 epsilons of the same
  * formulas with libm's scalar calls (0.1.0 took 0.5 x (1 + tanh u)
- * verbatim, which gives 0 below x = -20). f32: vectorized, within 4 ulp
+ * verbatim, which gives 0 below x = -7.2). f32: vectorized, within 4 ulp
  * (tanh) and 7 ulp (erf) of the formula evaluated in double, over every
  * float. ReLU keeps NaN (NaN < 0 is
  * false) and -0.0. x, y: same shape, any strides. In-place allowed.
