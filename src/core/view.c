@@ -103,12 +103,7 @@ attn_status attn_view_init(attn_view *v, attn_dtype dtype, void *data, int ndim,
 }
 
 int64_t attn_view_numel(const attn_view *v) {
-    if (attn_view_check(v) != ATTN_OK)
-        return 0;
-    int64_t n = 1;
-    for (int k = 0; k < v->ndim; ++k)
-        n *= v->shape[k];
-    return n;
+    return attn_view_check(v) == ATTN_OK ? attn__numel(v) : 0;
 }
 
 bool attn_view_is_contiguous(const attn_view *v) {

@@ -304,10 +304,7 @@ static void copy_tasks(void *ctx, int64_t t0, int64_t t1) {
 void attn__copy_run(const attn_view *src, attn_view *y) {
     ATTN_ASSERT(src->dtype == y->dtype && k_same_shape(src, y) &&
                 (src->dtype == ATTN_F32 || src->dtype == ATTN_F64));
-    int64_t n = 1;
-    for (int k = 0; k < y->ndim; ++k)
-        n *= y->shape[k];
-    if (n == 0)
+    if (attn__numel(y) == 0)
         return;
     k_iter it;
     k_iter_init(&it, 2, (const attn_view *[]){src, y}, true);

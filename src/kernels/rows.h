@@ -182,8 +182,8 @@ ATTN_HIDDEN void attn__k_parallel(int64_t ntasks, double flops,
 ATTN_HIDDEN void attn__vgelu_f32(attn_act act, const float *x, float *y, int64_t n);
 ATTN_HIDDEN void attn__vgelu_grad_f32(attn_act act, const float *x, const float *dy, float *dx,
                                       int64_t n, bool accumulate);
-/* The same for f64 (src/kernels/vmath_f64.c): libm's formulas through libmvec's vector
- * erfc, tanh and exp where glibc has them, libm's scalar calls elsewhere. */
+/* The same for f64 (src/kernels/vmath_f64.c): the formulas through libmvec's vector
+ * erfc and exp where glibc has them, libm's scalar calls elsewhere. */
 ATTN_HIDDEN void attn__vgelu_f64(attn_act act, const double *x, double *y, int64_t n);
 ATTN_HIDDEN void attn__vgelu_grad_f64(attn_act act, const double *x, const double *dy,
                                       double *dx, int64_t n, bool accumulate);

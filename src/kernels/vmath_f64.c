@@ -6,10 +6,12 @@
  * x sigma(2u) (below); each libm call (erfc, exp) is a call of libmvec's vector
  * variant (glibc 2.35 and later: _ZGV?N?v_erfc and _ZGV?N?v_exp, 2, 4 or 8 lanes in
  * the SSE2, AVX2 and AVX-512 clones), whose error is a few ulp of the call's value;
- * tests/test_vmath.c measures the results against the formulas in long double. src/meson.build builds this file alone with
- * -fno-math-errno (a vector call sets no errno; attn never reads it), -fopenmp-simd
- * (the declarations below) and the dynamic vectorizer cost model (-O2 would not
- * vectorize a loop of calls). Elsewhere the loops call libm, one element at a time.
+ * tests/test_vmath.c bounds the results against the same formulas with libm's
+ * scalar calls. src/meson.build builds this file alone with -fno-math-errno (a
+ * vector call sets no errno; attn never reads it), -fno-trapping-math (both sides of
+ * a select are computed), -fopenmp-simd (the declarations below) and the dynamic
+ * vectorizer cost model (-O2 would not vectorize a loop of calls). Where those are
+ * missing the loops call libm, one element at a time.
  */
 #include <math.h>
 

@@ -8,7 +8,5 @@
 #undef T_VGELU_GRAD
 #undef SFX
 #undef T_EXP
-#undef T_TANH
-#undef T_ERFC
 #undef ATTN_TMPL_F32
 #undef ATTN_TMPL_F64

@@ -6,8 +6,6 @@
 #define T_IS_F32   1
 #define SFX(name)  name##_f32
 #define T_EXP      expf
-#define T_TANH     tanhf
-#define T_ERFC     erfcf
 #define T_VEXP_SUM attn__vexp_sum_f32
 #define T_VMAX     attn__vmax_f32
 #define T_VGELU    attn__vgelu_f32
@@ -17,8 +15,6 @@
 #define T_IS_F32   0
 #define SFX(name)  name##_f64
 #define T_EXP      exp
-#define T_TANH     tanh
-#define T_ERFC     erfc
 #define T_VEXP_SUM attn__vexp_sum_f64
 #define T_VMAX     attn__vmax_f64
 #define T_VGELU    attn__vgelu_f64
