@@ -270,6 +270,14 @@ static void worker(const options *o) {
 
 /* ---- the parent: children in both environments, spinners, the table ------- */
 
+/* A JSON number, or null for what was not measured (NaN). */
+static void json_num(FILE *f, double v, int prec) {
+    if (isfinite(v))
+        fprintf(f, "%.*f", prec, v);
+    else
+        fprintf(f, "null");
+}
+
 static pid_t spinners[16];
 
 static void start_spinners(int k) {
@@ -509,16 +517,25 @@ int main(int argc, char **argv) {
         int first = 1;
         for (int m = 0; m < NMEAS; ++m)
             for (int i = 0; i < o.nt; ++i) {
-                fprintf(f, "%s\n  {\"call\": \"%s\", \"T\": %lld, \"default_ms\": %.4f, "
-                           "\"tuned_ms\": %.4f}",
-                        first ? "" : ",", meas_key[m], (long long)o.T[i], med[0][m][i],
-                        med[1][m][i]);
+                fprintf(f, "%s\n  {\"call\": \"%s\", \"T\": %lld, \"default_ms\": ",
+                        first ? "" : ",", meas_key[m], (long long)o.T[i]);
+                json_num(f, med[0][m][i], 4);
+                fprintf(f, ", \"tuned_ms\": ");
+                json_num(f, med[1][m][i], 4);
+                fprintf(f, "}");
                 first = 0;
             }
-        fprintf(f, "],\n \"fresh\": {\"default_t256_gflops\": %.2f, \"default_t1024_gflops\": "
-                   "%.2f, \"tuned_t256_gflops\": %.2f, \"tuned_t1024_gflops\": %.2f},\n"
-                   " \"worst_ratio\": %.4f}\n",
-                f256[0], f1024[0], f256[1], f1024[1], worst);
+        static const char *const fresh_key[4] = {"default_t256_gflops", "default_t1024_gflops",
+                                                 "tuned_t256_gflops", "tuned_t1024_gflops"};
+        double fresh_val[4] = {f256[0], f1024[0], f256[1], f1024[1]};
+        fprintf(f, "],\n \"fresh\": {");
+        for (int k = 0; k < 4; ++k) {
+            fprintf(f, "%s\"%s\": ", k ? ", " : "", fresh_key[k]);
+            json_num(f, fresh_val[k], 2);
+        }
+        fprintf(f, "},\n \"worst_ratio\": ");
+        json_num(f, worst, 4);
+        fprintf(f, "}\n");
         if (fclose(f))
             die(1, "cannot write %s", o.json);
     }
