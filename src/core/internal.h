@@ -141,8 +141,7 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
  * per-thread scratch can be indexed by it. It
  * keeps every BLAS call inside the loop single-threaded (no-op for one thread)
  * and returns when every task is done. Idle workers sleep after
- * ATTN__SPIN_NS. `flops` is the loop's work, which decides where a short
- * loop runs while the BLAS's helpers start late (threads.c "Late helpers").
+ * ATTN__SPIN_NS.
  */
 #define ATTN__PARALLEL_MIN_FLOPS 4e6
 #define ATTN__MAX_THREADS        256

@@ -33,16 +33,9 @@
  * - OpenBLAS built with OpenMP (== 2), outside the caller's parallel region:
  *   in an OpenMP team, i.e. libgomp's threads, the same the BLAS uses.
  * - anything else: attn's pool (attn__parallel_for below). Workers spin
- *   ~ATTN__SPIN_NS (less if they lose their core meanwhile) and then sleep on
- *   a condition variable, the caller's thread takes tasks too, and a worker
- *   that is not running when the loop starts simply never joins: the caller
- *   waits only for tasks already under way.
- * - a short loop, while the pthread server's helpers start late (another
- *   process holds their core): attn's pool too ("Late helpers" below).
- *
- * Products of attn_gemm up to ATTN__GEMM_SPLIT_MAX_FLOPS are loops too, of
- * column blocks (src/core/gemm.c, attn__gemm_threads below): OpenBLAS splits
- * its own threaded GEMM statically, so one late helper would hold its part.
+ *   ~ATTN__SPIN_NS and then sleep on a condition variable, the caller's thread
+ *   takes tasks too, and a worker that is not running when the loop starts
+ *   simply never joins: the caller waits only for tasks already under way.
  *
  * Every tile product inside a loop runs single-threaded in the BLAS, or the
  * BLAS's threads oversubscribe the cores:
@@ -214,7 +207,7 @@ static void pool_register(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
 
 /* 64 pause instructions take 1-10 us; a longer gap between two clock reads
    means the thread was not running */
-#define PREEMPTED_NS 30e3
+#define ATTN__PREEMPTED_NS 30e3
 
 static double now_ns(void) {
     struct timespec t;
@@ -243,7 +236,7 @@ static bool spin_gen(unsigned seen) {
             double t = now_ns();
             if (until == 0)
                 until = t + ATTN__SPIN_NS;
-            else if (t > until || t - last > PREEMPTED_NS)
+            else if (t > until || t - last > ATTN__PREEMPTED_NS)
                 return false;
             last = t;
         }
@@ -350,15 +343,15 @@ typedef struct {
  * then costs the wait (sdpa T 64: 4.0 ms against 0.55 ms), a long one hardly
  * notices (the helper still does its part after the wait). So once a helper
  * has begun more than SERVER_LATE_NS after the loop, the short loops
- * (< SHORT_LOOP_FLOPS) of the next `server_avoid_ns` run on attn's pool,
+ * (< ATTN__SHORT_LOOP_FLOPS) of the next `server_avoid_ns` run on attn's pool,
  * whose sleeping workers are woken at once; long loops keep the server and
  * measure it again. Each late probe of a short loop doubles the time (to
  * SERVER_AVOID_MAX_NS), a prompt helper clears it.
  */
-#define SERVER_LATE_NS      100e3
-#define SERVER_AVOID_MIN_NS 50e6
-#define SERVER_AVOID_MAX_NS 1.6e9
-#define SHORT_LOOP_FLOPS    5e7
+#define SERVER_LATE_NS         100e3
+#define SERVER_AVOID_MIN_NS    50e6
+#define SERVER_AVOID_MAX_NS    1.6e9
+#define ATTN__SHORT_LOOP_FLOPS 5e7
 static double server_retry_at, server_avoid_ns = SERVER_AVOID_MIN_NS; /* under pool.in_use */
 
 /* Release/acquire pairs around the server's own (uninstrumented) hand-over,
@@ -387,7 +380,7 @@ static bool run_on_blas_server(job *j, int nthreads, double flops) {
 #endif
     if (openblas_get_num_threads() < nthreads)
         return false;
-    bool shortl = flops < SHORT_LOOP_FLOPS;
+    bool shortl = flops < ATTN__SHORT_LOOP_FLOPS;
     double t0 = now_ns();
     if (shortl && t0 < server_retry_at)
         return false;
