@@ -133,7 +133,7 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
  * without OpenMP), or 1 when the call is automatic and smaller than
  * ATTN__PARALLEL_MIN_FLOPS, or when the caller is inside an active OpenMP
  * region; never more than `tasks` or ATTN__MAX_THREADS.
- * attn__parallel_for(nthreads, ntasks, flops, fn, ctx) runs fn(ctx, task, tid) for
+ * attn__parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for
  * every task in [0, ntasks), claimed one at a time in increasing order, on the
  * caller's thread (tid 0) and up to nthreads - 1 other threads (tids 1..): the
  * BLAS's own (pthread OpenBLAS's server, OpenMP OpenBLAS's libgomp team) when
@@ -148,20 +148,9 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
 #define ATTN__SPIN_NS            50e3
 typedef void attn__task_fn(void *ctx, int64_t task, int tid);
 ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
-ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, double flops,
-                                    attn__task_fn *fn, void *ctx);
+ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 /* Before every BLAS call: keeps it serial on a thread serving attn__parallel_for. */
 ATTN_HIDDEN void attn__blas_serial_guard(void);
-/*
- * attn__gemm_threads(flops, blocks): the threads attn_gemm splits one
- * product's columns over (blocks of at least ATTN__GEMM_MIN_WIDTH columns, at
- * most `blocks` of them), or 1 to hand the product to the BLAS whole: products
- * of at most ATTN__GEMM_SPLIT_MAX_FLOPS outside an attn loop, with an OpenBLAS
- * whose threads attn can steer, on no more threads than that BLAS would use.
- */
-#define ATTN__GEMM_SPLIT_MAX_FLOPS 6e8
-#define ATTN__GEMM_MIN_WIDTH       64
-ATTN_HIDDEN int attn__gemm_threads(double flops, int64_t blocks);
 
 /*
  * Vectorized exponentials (src/vexp.c): x[i] := exp(x[i] - m) for i < n,

@@ -131,33 +131,6 @@ int attn__threads(int requested, int64_t tasks, double flops) {
     return n < 1 ? 1 : n;
 }
 
-/* ---- how many threads for one product ---------------------------------------------- */
-
-static _Thread_local int in_loop; /* this thread is running a loop's tasks */
-
-int attn__gemm_threads(double flops, int64_t blocks) {
-    if (in_loop || flops > ATTN__GEMM_SPLIT_MAX_FLOPS)
-        return 1;
-    int n = 1;
-#if ATTN_HAVE_OPENBLAS_THREADS
-    switch (blas_parallel()) {
-    case BLAS_OPENMP: /* OpenBLAS's team is omp_get_max_threads(), as attn__threads' */
-        n = attn__threads(0, blocks, flops);
-        break;
-    case BLAS_PTHREAD: /* its own count, which the user may have lowered */
-        n = attn__threads(0, blocks, flops);
-        if (n > openblas_get_num_threads())
-            n = openblas_get_num_threads();
-        break;
-    default: /* a sequential build, or one attn cannot steer: the BLAS decides */
-        break;
-    }
-#else
-    (void)blocks;
-#endif
-    return n < 1 ? 1 : n;
-}
-
 /* ---- the pool ------------------------------------------------------------------ */
 
 typedef struct job {
@@ -205,10 +178,6 @@ static void pool_after_fork(void) {
 
 static void pool_register(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
 
-/* 64 pause instructions take 1-10 us; a longer gap between two clock reads
-   means the thread was not running */
-#define ATTN__PREEMPTED_NS 30e3
-
 static double now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -223,12 +192,9 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spin until *gen moves away from seen, at most ATTN__SPIN_NS, and no longer
-   than until the first time the thread loses its core (a gap between two
-   clock reads): a spinner that another thread preempts would notice the next
-   loop only at its next turn, a sleeper is woken at once. True if gen moved. */
+/* Spin until *gen moves away from seen, at most ATTN__SPIN_NS; true if it did. */
 static bool spin_gen(unsigned seen) {
-    double until = 0, last = 0;
+    double until = 0;
     for (int i = 0;; ++i) {
         if (atomic_load_explicit(&pool.gen, memory_order_acquire) != seen)
             return true;
@@ -236,23 +202,20 @@ static bool spin_gen(unsigned seen) {
             double t = now_ns();
             if (until == 0)
                 until = t + ATTN__SPIN_NS;
-            else if (t > until || t - last > ATTN__PREEMPTED_NS)
+            else if (t > until)
                 return false;
-            last = t;
         }
         cpu_relax();
     }
 }
 
 static void run_tasks(job *j, int tid) {
-    in_loop++;
     for (;;) {
         int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (t >= j->n)
-            break;
+            return;
         j->fn(j->ctx, t, tid);
     }
-    in_loop--;
 }
 
 static void *worker_main(void *arg) {
@@ -314,10 +277,8 @@ static int ensure_workers(int k) {
 }
 
 static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
-    in_loop++;
     for (int64_t t = 0; t < ntasks; ++t)
         fn(ctx, t, 0);
-    in_loop--;
 }
 
 /* ---- the loop on the pthread OpenBLAS's own threads ------------------------------ */
@@ -330,29 +291,9 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
 extern int gotoblas_pthread(int n, void *function, void *args, int stride) __attribute__((weak));
 
 typedef struct {
-    job   *j;
-    int    tid;
-    double t; /* when the share began */
+    job *j;
+    int  tid;
 } server_share;
-
-/*
- * Late helpers. The server's workers yield in a loop between calls instead of
- * sleeping, and the scheduler runs a yielding thread last: when another
- * process holds its core, a worker starts its share only when that process's
- * turn ends (up to a 4 ms tick here), however short the loop. A short loop
- * then costs the wait (sdpa T 64: 4.0 ms against 0.55 ms), a long one hardly
- * notices (the helper still does its part after the wait). So once a helper
- * has begun more than SERVER_LATE_NS after the loop, the short loops
- * (< ATTN__SHORT_LOOP_FLOPS) of the next `server_avoid_ns` run on attn's pool,
- * whose sleeping workers are woken at once; long loops keep the server and
- * measure it again. Each late probe of a short loop doubles the time (to
- * SERVER_AVOID_MAX_NS), a prompt helper clears it.
- */
-#define SERVER_LATE_NS         100e3
-#define SERVER_AVOID_MIN_NS    50e6
-#define SERVER_AVOID_MAX_NS    1.6e9
-#define ATTN__SHORT_LOOP_FLOPS 5e7
-static double server_retry_at, server_avoid_ns = SERVER_AVOID_MIN_NS; /* under pool.in_use */
 
 /* Release/acquire pairs around the server's own (uninstrumented) hand-over,
    so that ThreadSanitizer sees the order the server guarantees. */
@@ -362,7 +303,6 @@ static _Thread_local bool on_server; /* this thread runs attn tasks for the serv
 static void server_share_run(void *arg) {
     (void)atomic_load_explicit(&server_posted, memory_order_acquire);
     server_share *s = arg;
-    s->t = now_ns();
     on_server = true;
     run_tasks(s->j, s->tid);
     on_server = false;
@@ -371,7 +311,7 @@ static void server_share_run(void *arg) {
 
 /* Run the loop on the pthread OpenBLAS's threads, if the BLAS is that build
    and has nthreads of them; false if it cannot take the loop. */
-static bool run_on_blas_server(job *j, int nthreads, double flops) {
+static bool run_on_blas_server(job *j, int nthreads) {
     if (!gotoblas_pthread || blas_parallel() != BLAS_PTHREAD)
         return false;
 #if ATTN_HAVE_OPENMP
@@ -380,37 +320,18 @@ static bool run_on_blas_server(job *j, int nthreads, double flops) {
 #endif
     if (openblas_get_num_threads() < nthreads)
         return false;
-    bool shortl = flops < ATTN__SHORT_LOOP_FLOPS;
-    double t0 = now_ns();
-    if (shortl && t0 < server_retry_at)
-        return false;
     server_share share[ATTN__MAX_THREADS];
     for (int i = 0; i < nthreads; ++i)
-        share[i] = (server_share){j, i, 0};
+        share[i] = (server_share){j, i};
     blas_serial_begin(nthreads);
     atomic_fetch_add_explicit(&server_posted, 1, memory_order_release);
     gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
     (void)atomic_load_explicit(&server_done, memory_order_acquire);
     blas_serial_end(nthreads);
-    double start = 0; /* when the last helper began */
-    for (int i = 1; i < nthreads; ++i)
-        if (share[i].t > start)
-            start = share[i].t;
-    if (start - t0 <= SERVER_LATE_NS) {
-        server_retry_at = 0;
-        server_avoid_ns = SERVER_AVOID_MIN_NS;
-    } else {
-        if (shortl && server_retry_at > 0 && server_avoid_ns < SERVER_AVOID_MAX_NS)
-            server_avoid_ns *= 2; /* a short loop probed again, and the helper was late again */
-        server_retry_at = start + server_avoid_ns;
-    }
     return true;
 }
 #else
-static bool run_on_blas_server(job *j, int nthreads, double flops) {
-    (void)j, (void)nthreads, (void)flops;
-    return false;
-}
+static bool run_on_blas_server(job *j, int nthreads) { (void)j, (void)nthreads; return false; }
 #endif
 
 void attn__blas_serial_guard(void) {
@@ -490,8 +411,7 @@ static void run_on_pool(job *j) {
     blas_serial_end(j->want + 1);
 }
 
-void attn__parallel_for(int nthreads, int64_t ntasks, double flops, attn__task_fn *fn,
-                        void *ctx) {
+void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
     if (nthreads > ntasks)
         nthreads = (int)ntasks;
     if (nthreads <= 1) {
@@ -511,7 +431,7 @@ void attn__parallel_for(int nthreads, int64_t ntasks, double flops, attn__task_f
     pthread_mutex_unlock(&pool.lock);
 
     /* the BLAS's own threads if it lends them, else attn's */
-    if (!run_on_blas_server(&j, nthreads, flops) && !run_in_omp_team(&j, nthreads))
+    if (!run_on_blas_server(&j, nthreads) && !run_in_omp_team(&j, nthreads))
         run_on_pool(&j);
 
     pthread_mutex_lock(&pool.lock);

@@ -37,7 +37,7 @@ void attn__k_parallel(int64_t ntasks, double flops, void (*fn)(void *, int64_t, 
     }
     /* four contiguous blocks per thread, claimed one at a time from attn's pool */
     k_range r = {ntasks, ntasks < 4 * (int64_t)nt ? ntasks : 4 * (int64_t)nt, fn, ctx};
-    attn__parallel_for(nt, r.nblk, flops, k_range_task, &r);
+    attn__parallel_for(nt, r.nblk, k_range_task, &r);
 }
 
 /* Axes of a broadcast sum, with strides in the source (dy) and destination (db). */

@@ -249,7 +249,7 @@ static void backward_run(const attn__sdpa_plan *p, const attn_view *q, const att
         int nt = s.nthreads < n ? s.nthreads : (int)n;
         ATTN_ASSERT((size_t)nt * c.per_thread <= work_size);
         bwd_loop loop = {&c, &s, pass, work};
-        attn__parallel_for(nt, n, 2.5 * attn__sdpa_flops(c.p), bwd_one, &loop);
+        attn__parallel_for(nt, n, bwd_one, &loop);
     }
 }
 
