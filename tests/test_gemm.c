@@ -125,6 +125,23 @@ START_TEST(gm_large_fold) {
 }
 END_TEST
 
+START_TEST(gm_column_blocks) {
+    /* products big enough that attn_gemm splits C's columns over threads
+       (src/core/gemm.c rm_run): every transpose, C row- and column-major and
+       sliced, a last block narrower than the others, beta 0 and not */
+    static const shape3 big[] = {{64, 700, 192}, {200, 530, 96}};
+    static const layout outs[] = {L_CONTIG, L_COLMAJOR, L_SLICED};
+    for (int d = 0; d < 2; ++d)
+        for (int ta = 0; ta < 2; ++ta)
+            for (int tb = 0; tb < 2; ++tb)
+                for (size_t si = 0; si < 2; ++si)
+                    for (size_t lc = 0; lc < 3; ++lc)
+                        run_case(d ? ATTN_F64 : ATTN_F32, ta, tb, ta ? L_COLMAJOR : L_SLICED,
+                                 tb ? L_CONTIG : L_COLSLICED, outs[lc], &big[si], &batches[0],
+                                 si ? 0.5 : 1.0, lc == 1 ? 0.0 : -1.5);
+}
+END_TEST
+
 START_TEST(gm_beta_zero_ignores_nan) {
     double a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
     attn_view A, B, C;
@@ -219,6 +236,7 @@ int main(void) {
     tcase_add_test(tc, gm_layouts_f64);
     tcase_add_test(tc, gm_layouts_f32);
     tcase_add_test(tc, gm_large_fold);
+    tcase_add_test(tc, gm_column_blocks);
     tcase_add_test(tc, gm_beta_zero_ignores_nan);
     tcase_add_test(tc, gm_errors);
     suite_add_tcase(s, tc);

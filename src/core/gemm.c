@@ -219,6 +219,57 @@ static void unpack(const char *src, lmat m, size_t es, char *dst) {
                    es);
 }
 
+/* One row-major CBLAS product, as the BLAS takes it. */
+typedef struct rm_gemm {
+    size_t                 es;
+    enum CBLAS_TRANSPOSE   ta, tb;
+    int                    m, n, k, lda, ldb, ldc;
+    double                 alpha, beta;
+    const void            *a, *b;
+    void                  *c;
+    int                    width; /* columns of C per task when split */
+} rm_gemm;
+
+/* Columns [j0, j0 + nc) of C: the same product on op(B)'s matching columns. */
+static void rm_call(const rm_gemm *g, int j0, int nc) {
+    size_t boff = g->tb == CblasNoTrans ? (size_t)j0 : (size_t)j0 * (size_t)g->ldb;
+    attn__blas_serial_guard();
+    if (g->es == 4)
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->m, nc, g->k, (float)g->alpha,
+                    (const float *)g->a, g->lda, (const float *)g->b + boff, g->ldb,
+                    (float)g->beta, (float *)g->c + j0, g->ldc);
+    else
+        cblas_dgemm(CblasRowMajor, g->ta, g->tb, g->m, nc, g->k, g->alpha, (const double *)g->a,
+                    g->lda, (const double *)g->b + boff, g->ldb, g->beta,
+                    (double *)g->c + j0, g->ldc);
+}
+
+static void rm_task(void *ctx, int64_t t, int tid) {
+    (void)tid;
+    const rm_gemm *g = ctx;
+    int j0 = (int)t * g->width;
+    rm_call(g, j0, g->n - j0 < g->width ? g->n - j0 : g->width);
+}
+
+/*
+ * A product small enough that one late thread decides its time runs as
+ * column blocks, each a serial BLAS call, on attn's loop (docs/design.md
+ * "Small products as column blocks"); anything else is one BLAS call.
+ */
+static void rm_run(rm_gemm *g) {
+    double flops = 2.0 * g->m * g->n * g->k;
+    int nt = attn__gemm_threads(flops, g->n / ATTN__GEMM_MIN_WIDTH);
+    if (nt > 1) {
+        /* about four blocks per thread, a multiple of 16 columns wide */
+        int w = (g->n + 4 * nt - 1) / (4 * nt);
+        w = (w + 15) / 16 * 16;
+        g->width = w < ATTN__GEMM_MIN_WIDTH ? ATTN__GEMM_MIN_WIDTH : w;
+        attn__parallel_for(nt, (g->n + g->width - 1) / g->width, rm_task, g);
+        return;
+    }
+    rm_call(g, 0, g->n);
+}
+
 /* One C := alpha op(A) op(B) + beta C on raw pointers, in row-major CBLAS terms. */
 static void blas_call(const gemm_plan *p, double alpha, const void *a, const void *b,
                       double beta, void *c) {
@@ -239,7 +290,6 @@ static void blas_call(const gemm_plan *p, double alpha, const void *a, const voi
     }
     const void *A = a, *B = b;
     blas_form fa = p->fa, fb = p->fb;
-    int ldc = (int)p->fc.ld;
     if (p->fc.trans) {
         /* C is column-major: compute C^T = op(B)^T op(A)^T in row-major terms */
         const void *t = A; A = B; B = t;
@@ -248,15 +298,13 @@ static void blas_call(const gemm_plan *p, double alpha, const void *a, const voi
         fb.trans = !fb.trans;
         int x = M; M = N; N = x;
     }
-    enum CBLAS_TRANSPOSE tA = fa.trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tB = fb.trans ? CblasTrans : CblasNoTrans;
-    attn__blas_serial_guard();
-    if (p->es == 4)
-        cblas_sgemm(CblasRowMajor, tA, tB, M, N, K, (float)alpha, (const float *)A,
-                    (int)fa.ld, (const float *)B, (int)fb.ld, (float)beta, (float *)c, ldc);
-    else
-        cblas_dgemm(CblasRowMajor, tA, tB, M, N, K, alpha, (const double *)A, (int)fa.ld,
-                    (const double *)B, (int)fb.ld, beta, (double *)c, ldc);
+    rm_gemm g = {.es = p->es,
+                 .ta = fa.trans ? CblasTrans : CblasNoTrans,
+                 .tb = fb.trans ? CblasTrans : CblasNoTrans,
+                 .m = M, .n = N, .k = K,
+                 .lda = (int)fa.ld, .ldb = (int)fb.ld, .ldc = (int)p->fc.ld,
+                 .alpha = alpha, .beta = beta, .a = A, .b = B, .c = c};
+    rm_run(&g);
 }
 
 /*

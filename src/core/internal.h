@@ -151,6 +151,16 @@ ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 /* Before every BLAS call: keeps it serial on a thread serving attn__parallel_for. */
 ATTN_HIDDEN void attn__blas_serial_guard(void);
+/*
+ * attn__gemm_threads(flops, blocks): the threads attn_gemm splits one
+ * product's columns over (blocks of at least ATTN__GEMM_MIN_WIDTH columns, at
+ * most `blocks` of them), or 1 to hand the product to the BLAS whole: products
+ * of at most ATTN__GEMM_SPLIT_MAX_FLOPS outside an attn loop, with an OpenBLAS
+ * whose threads attn can steer, on no more threads than that BLAS would use.
+ */
+#define ATTN__GEMM_SPLIT_MAX_FLOPS 6e8
+#define ATTN__GEMM_MIN_WIDTH       64
+ATTN_HIDDEN int attn__gemm_threads(double flops, int64_t blocks);
 
 /*
  * Vectorized exponentials (src/vexp.c): x[i] := exp(x[i] - m) for i < n,

@@ -33,9 +33,16 @@
  * - OpenBLAS built with OpenMP (== 2), outside the caller's parallel region:
  *   in an OpenMP team, i.e. libgomp's threads, the same the BLAS uses.
  * - anything else: attn's pool (attn__parallel_for below). Workers spin
- *   ~ATTN__SPIN_NS and then sleep on a condition variable, the caller's thread
- *   takes tasks too, and a worker that is not running when the loop starts
- *   simply never joins: the caller waits only for tasks already under way.
+ *   ~ATTN__SPIN_NS (less if they lose their core meanwhile) and then sleep on
+ *   a condition variable, the caller's thread takes tasks too, and a worker
+ *   that is not running when the loop starts simply never joins: the caller
+ *   waits only for tasks already under way.
+ * - any loop, while the pthread server's helpers start late (another
+ *   process holds their core): attn's pool too ("Late helpers" below).
+ *
+ * Products of attn_gemm up to ATTN__GEMM_SPLIT_MAX_FLOPS are loops too, of
+ * column blocks (src/core/gemm.c, attn__gemm_threads below): OpenBLAS splits
+ * its own threaded GEMM statically, so one late helper would hold its part.
  *
  * Every tile product inside a loop runs single-threaded in the BLAS, or the
  * BLAS's threads oversubscribe the cores:
@@ -110,7 +117,11 @@ static void blas_serial_end(int nthreads) {
 
 /* ---- how many threads --------------------------------------------------------- */
 
-int attn__threads(int requested, int64_t tasks, double flops) {
+/* Never inlined: clang treats the omp_* queries as free of side effects and
+   hoists them above a caller's early return (attn__gemm_threads' in_loop).
+   Their first call registers the thread with libomp, whose destructor then
+   deadlocks OpenBLAS's fork handler joining a server thread that ran one. */
+__attribute__((noinline)) int attn__threads(int requested, int64_t tasks, double flops) {
     int n = 1;
 #if ATTN_HAVE_OPENMP
     /* inside the caller's active OpenMP region: its threads already use the cores */
@@ -128,6 +139,33 @@ int attn__threads(int requested, int64_t tasks, double flops) {
         n = ATTN__MAX_THREADS;
     if (tasks < n)
         n = tasks > 1 ? (int)tasks : 1;
+    return n < 1 ? 1 : n;
+}
+
+/* ---- how many threads for one product ---------------------------------------------- */
+
+static _Thread_local int in_loop; /* this thread is running a loop's tasks */
+
+int attn__gemm_threads(double flops, int64_t blocks) {
+    if (in_loop || flops > ATTN__GEMM_SPLIT_MAX_FLOPS)
+        return 1;
+    int n = 1;
+#if ATTN_HAVE_OPENBLAS_THREADS
+    switch (blas_parallel()) {
+    case BLAS_OPENMP: /* OpenBLAS's team is omp_get_max_threads(), as attn__threads' */
+        n = attn__threads(0, blocks, flops);
+        break;
+    case BLAS_PTHREAD: /* its own count, which the user may have lowered */
+        n = attn__threads(0, blocks, flops);
+        if (n > openblas_get_num_threads())
+            n = openblas_get_num_threads();
+        break;
+    default: /* a sequential build, or one attn cannot steer: the BLAS decides */
+        break;
+    }
+#else
+    (void)blocks;
+#endif
     return n < 1 ? 1 : n;
 }
 
@@ -178,6 +216,10 @@ static void pool_after_fork(void) {
 
 static void pool_register(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
 
+/* 64 pause instructions take 1-10 us; a longer gap between two clock reads
+   means the thread was not running */
+#define PREEMPTED_NS 30e3
+
 static double now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -192,9 +234,12 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spin until *gen moves away from seen, at most ATTN__SPIN_NS; true if it did. */
+/* Spin until *gen moves away from seen, at most ATTN__SPIN_NS, and no longer
+   than until the first time the thread loses its core (a gap between two
+   clock reads): a spinner that another thread preempts would notice the next
+   loop only at its next turn, a sleeper is woken at once. True if gen moved. */
 static bool spin_gen(unsigned seen) {
-    double until = 0;
+    double until = 0, last = 0;
     for (int i = 0;; ++i) {
         if (atomic_load_explicit(&pool.gen, memory_order_acquire) != seen)
             return true;
@@ -202,20 +247,23 @@ static bool spin_gen(unsigned seen) {
             double t = now_ns();
             if (until == 0)
                 until = t + ATTN__SPIN_NS;
-            else if (t > until)
+            else if (t > until || t - last > PREEMPTED_NS)
                 return false;
+            last = t;
         }
         cpu_relax();
     }
 }
 
 static void run_tasks(job *j, int tid) {
+    in_loop++;
     for (;;) {
         int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (t >= j->n)
-            return;
+            break;
         j->fn(j->ctx, t, tid);
     }
+    in_loop--;
 }
 
 static void *worker_main(void *arg) {
@@ -277,8 +325,10 @@ static int ensure_workers(int k) {
 }
 
 static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
+    in_loop++;
     for (int64_t t = 0; t < ntasks; ++t)
         fn(ctx, t, 0);
+    in_loop--;
 }
 
 /* ---- the loop on the pthread OpenBLAS's own threads ------------------------------ */
@@ -291,9 +341,29 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
 extern int gotoblas_pthread(int n, void *function, void *args, int stride) __attribute__((weak));
 
 typedef struct {
-    job *j;
-    int  tid;
+    job   *j;
+    int    tid;
+    double t; /* when the share began */
 } server_share;
+
+/*
+ * Late helpers. The server's workers yield in a loop between calls instead of
+ * sleeping (for about 0.1 s after a job), and the scheduler runs a yielding
+ * thread last: when another process holds its core, a worker starts its share
+ * only when that process's turn ends (up to a 4 ms tick here). A short loop
+ * then costs the wait (sdpa T 64: 4.0 ms against 0.55 ms), and a long one
+ * loses its first milliseconds and the core the spinning worker takes from
+ * the caller between jobs. So once a helper has begun more than
+ * SERVER_LATE_NS after the loop, the loops of the next `server_avoid_ns` run
+ * on attn's pool, whose sleeping workers are woken at once (and, left idle
+ * that long, the server's workers go to sleep); the first loop after that
+ * measures the server again. Each late probe doubles the time (to
+ * SERVER_AVOID_MAX_NS), a prompt helper clears it.
+ */
+#define SERVER_LATE_NS      100e3
+#define SERVER_AVOID_MIN_NS 50e6
+#define SERVER_AVOID_MAX_NS 1.6e9
+static double server_retry_at, server_avoid_ns = SERVER_AVOID_MIN_NS; /* under pool.in_use */
 
 /* Release/acquire pairs around the server's own (uninstrumented) hand-over,
    so that ThreadSanitizer sees the order the server guarantees. */
@@ -303,6 +373,7 @@ static _Thread_local bool on_server; /* this thread runs attn tasks for the serv
 static void server_share_run(void *arg) {
     (void)atomic_load_explicit(&server_posted, memory_order_acquire);
     server_share *s = arg;
+    s->t = now_ns();
     on_server = true;
     run_tasks(s->j, s->tid);
     on_server = false;
@@ -320,18 +391,36 @@ static bool run_on_blas_server(job *j, int nthreads) {
 #endif
     if (openblas_get_num_threads() < nthreads)
         return false;
+    double t0 = now_ns();
+    if (t0 < server_retry_at)
+        return false;
     server_share share[ATTN__MAX_THREADS];
     for (int i = 0; i < nthreads; ++i)
-        share[i] = (server_share){j, i};
+        share[i] = (server_share){j, i, 0};
     blas_serial_begin(nthreads);
     atomic_fetch_add_explicit(&server_posted, 1, memory_order_release);
     gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
     (void)atomic_load_explicit(&server_done, memory_order_acquire);
     blas_serial_end(nthreads);
+    double start = 0; /* when the last helper began */
+    for (int i = 1; i < nthreads; ++i)
+        if (share[i].t > start)
+            start = share[i].t;
+    if (start - t0 <= SERVER_LATE_NS) {
+        server_retry_at = 0;
+        server_avoid_ns = SERVER_AVOID_MIN_NS;
+    } else {
+        if (server_retry_at > 0 && server_avoid_ns < SERVER_AVOID_MAX_NS)
+            server_avoid_ns *= 2; /* probed again, and the helper was late again */
+        server_retry_at = start + server_avoid_ns;
+    }
     return true;
 }
 #else
-static bool run_on_blas_server(job *j, int nthreads) { (void)j, (void)nthreads; return false; }
+static bool run_on_blas_server(job *j, int nthreads) {
+    (void)j, (void)nthreads;
+    return false;
+}
 #endif
 
 void attn__blas_serial_guard(void) {
