@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The markdown table of docs/benchmarks.md "attn inside a host program" from
+scripts/host-matrix.sh's four JSON files: default ms / tuned ms = default / best
+per cell, bold above the 1.1x target, then the fresh-process ratios.
+
+    /usr/bin/python3 scripts/host_table.py OUTDIR
+"""
+import json
+import os
+import sys
+
+CONFIGS = [("pthread", "quiet"), ("pthread", "loaded"), ("openmp", "quiet"), ("openmp", "loaded")]
+CALLS = [("sdpa_b2b", "attn_sdpa, back to back"),
+         ("sdpa_int", "attn_sdpa, between host sgemms"),
+         ("enc_b2b", "attn_encoder_forward, back to back"),
+         ("enc_int", "attn_encoder_forward, between host sgemms"),
+         ("host_after", "host sgemm 1024^3 right after attn")]
+
+
+def cell(r):
+    d, t = r["default_ms"], r["tuned_ms"]
+    if d is None or t is None:
+        return "not measured"
+    ratio = d / min(d, t)
+    s = f"{d:.3g} / {t:.3g} = {ratio:.2f}x"
+    return f"**{s}**" if ratio > 1.1 else s
+
+
+def main(outdir):
+    runs = {c: json.load(open(os.path.join(outdir, f"{c[0]}-{c[1]}.json"))) for c in CONFIGS}
+    first = runs[CONFIGS[0]]["environment"]
+    print(f"<!-- {first['cpu']}; {first['blas_config']}; kernel {first['blas_corename']}; "
+          f"environment: {first['env'] or 'none'} -->")
+    print("| call | T | " + " | ".join(f"{'OpenMP' if v == 'openmp' else v} {l}"
+                                       for v, l in CONFIGS) + " |")
+    print("| --- | ---: |" + " ---: |" * len(CONFIGS))
+    worst, over, n = 1.0, 0, 0
+    for key, name in CALLS:
+        ts = sorted({r["T"] for r in runs[CONFIGS[0]]["results"] if r["call"] == key})
+        for t in ts:
+            cells = []
+            for c in CONFIGS:
+                r = next(r for r in runs[c]["results"] if r["call"] == key and r["T"] == t)
+                cells.append(cell(r))
+                if key != "host_after" and r["default_ms"] and r["tuned_ms"]:
+                    ratio = r["default_ms"] / min(r["default_ms"], r["tuned_ms"])
+                    worst, n = max(worst, ratio), n + 1
+                    over += ratio > 1.1
+            print(f"| {name} | {t} | " + " | ".join(cells) + " |")
+    print()
+    for env in ("default", "tuned"):
+        vals = []
+        for c in CONFIGS:
+            f = runs[c].get("fresh") or {}
+            a, b = f.get(f"{env}_t256_gflops"), f.get(f"{env}_t1024_gflops")
+            vals.append("not measured" if not a or not b else f"{100 * a / b:.1f}%")
+        print(f"| fresh T 256 / T 1024, {env} | | " + " | ".join(vals) + " |")
+    print(f"\n{n - over} of {n} attn cells within 1.1x; worst {worst:.2f}x")
+    for c in CONFIGS:
+        r = runs[c]
+        print(f"- {c[0]} {c[1]}: {r['environment']['date']}, kernel "
+              f"{r['environment']['blas_corename']}, {r['environment']['blas_threading']}, "
+              f"load average {r['load_before']} before, {r['load_after']} after")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench-results/host")
