@@ -149,24 +149,20 @@ static _Thread_local int in_loop; /* this thread is running a loop's tasks */
 int attn__gemm_threads(double flops, int64_t blocks) {
     if (in_loop || flops > ATTN__GEMM_SPLIT_MAX_FLOPS)
         return 1;
-    int n = 1;
 #if ATTN_HAVE_OPENBLAS_THREADS
-    switch (blas_parallel()) {
-    case BLAS_OPENMP: /* OpenBLAS's team is omp_get_max_threads(), as attn__threads' */
-        n = attn__threads(0, blocks, flops);
-        break;
-    case BLAS_PTHREAD: /* its own count, which the user may have lowered */
-        n = attn__threads(0, blocks, flops);
-        if (n > openblas_get_num_threads())
-            n = openblas_get_num_threads();
-        break;
-    default: /* a sequential build, or one attn cannot steer: the BLAS decides */
-        break;
-    }
+    int par = blas_parallel();
+    if (par != BLAS_OPENMP && par != BLAS_PTHREAD)
+        return 1; /* a sequential build, or one attn cannot steer: the BLAS decides */
+    /* the OpenMP build's team is omp_get_max_threads(), as attn__threads'; the
+       pthread build's count is its own, which the user may have lowered */
+    int n = attn__threads(0, blocks, flops);
+    if (par == BLAS_PTHREAD && n > openblas_get_num_threads())
+        n = openblas_get_num_threads();
+    return n < 1 ? 1 : n;
 #else
     (void)blocks;
+    return 1;
 #endif
-    return n < 1 ? 1 : n;
 }
 
 /* ---- the pool ------------------------------------------------------------------ */
@@ -417,10 +413,7 @@ static bool run_on_blas_server(job *j, int nthreads) {
     return true;
 }
 #else
-static bool run_on_blas_server(job *j, int nthreads) {
-    (void)j, (void)nthreads;
-    return false;
-}
+static bool run_on_blas_server(job *j, int nthreads) { (void)j, (void)nthreads; return false; }
 #endif
 
 void attn__blas_serial_guard(void) {
