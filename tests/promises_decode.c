@@ -732,10 +732,12 @@ START_TEST(pr_decode_binds) {
                 }
                 /* accepted: every view inside the slab, disjoint; only the slab written */
                 unsigned char *slab = pr_mem + 64;
-                for (size_t b = 0; b < PR_ARENA; ++b)
-                    ck_assert_msg(pr_mem[b] == pr_snap[b] ||
-                                      (pr_mem + b >= slab && pr_mem + b < slab + need),
-                                  "%s wrote byte %zu outside its slab", names[w], b);
+                /* the first byte written outside the slab: one assert, not one a byte */
+                size_t b = 0;
+                while (b < PR_ARENA && (pr_mem[b] == pr_snap[b] ||
+                                        (pr_mem + b >= slab && pr_mem + b < slab + need)))
+                    ++b;
+                ck_assert_msg(b == PR_ARENA, "%s wrote byte %zu outside its slab", names[w], b);
                 if (w == BD_CACHE) {
                     pr_bound_views(names[w], &st.k.k, 2, slab, need);
                     ck_assert(st.k.len && (unsigned char *)st.k.len >= slab &&
