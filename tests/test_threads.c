@@ -543,40 +543,80 @@ static attn_status fork_sdpa(float *buf, float *out, void *work, size_t wn) {
     return attn_sdpa(&q, &k, &v, &opts, &o, work, wn);
 }
 
+/* One attn_gemm above ATTN__GEMM_SPLIT_MAX_FLOPS (2 * 680^3 = 6.3e8), which goes to the
+   BLAS's own threaded GEMM, on integers whose sums are exact in float. */
+enum { FG = 680 };
+static attn_status fork_gemm(float *g, float *c) {
+    attn_view A, B, C;
+    attn_view_init(&A, ATTN_F32, g, 2, (int64_t[]){FG, FG});
+    attn_view_init(&B, ATTN_F32, g + FG * FG, 2, (int64_t[]){FG, FG});
+    attn_view_init(&C, ATTN_F32, c, 2, (int64_t[]){FG, FG});
+    return attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &A, &B, 0.0, &C, NULL, 0);
+}
+
 /* A threaded call in the parent, then fork: the child's threaded call finishes with the
    same bytes (with the OpenMP OpenBLAS the parent's libgomp pool is dead in the child, so
-   attn must not start a team there; the pthread OpenBLAS restarts its server). */
+   attn must not start a team there; the pthread OpenBLAS restarts its server), and so does
+   a product large enough for the BLAS's own threads (with the OpenMP OpenBLAS a region of
+   more than one thread hangs there: attn sets the child's OpenMP thread count to 1). */
 START_TEST(th_fork_child) {
     size_t n = 4 * 128 * 32, wn = (size_t)1 << 22;
     float *buf = malloc(3 * n * sizeof *buf), *a = malloc(n * sizeof *a);
     float *b = malloc(n * sizeof *b);
     void *work = malloc(wn);
-    ck_assert(buf && a && b && work);
+    float *g = malloc(2 * FG * FG * sizeof *g), *ga = malloc(FG * FG * sizeof *ga);
+    float *gb = malloc(FG * FG * sizeof *gb);
+    ck_assert(buf && a && b && work && g && ga && gb);
     for (size_t i = 0; i < 3 * n; ++i)
         buf[i] = (float)((i * 7919u) % 1000u) / 500.0f - 1.0f;
+    for (size_t i = 0; i < 2 * FG * FG; ++i)
+        g[i] = (float)((int)(i * 7919u % 5u) - 2);
     ck_assert_int_eq(fork_sdpa(buf, a, work, wn), ATTN_OK);
+    ck_assert_int_eq(fork_gemm(g, ga), ATTN_OK);
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         signal(SIGALRM, SIG_DFL); /* Check's own timer handler would kill the group */
         alarm(60);                /* a hang ends the child with SIGALRM */
-        int code = fork_sdpa(buf, b, work, wn) != ATTN_OK ? 2
-                   : memcmp(a, b, n * sizeof *a) != 0 ? 3
-                                                      : 0;
-        free(buf), free(a), free(b), free(work); /* the child's leak check (valgrind) */
+        int code = fork_sdpa(buf, b, work, wn) != ATTN_OK      ? 2
+                   : memcmp(a, b, n * sizeof *a) != 0          ? 3
+                   : fork_gemm(g, gb) != ATTN_OK               ? 4
+                   : memcmp(ga, gb, FG * FG * sizeof *ga) != 0 ? 5
+                                                               : 0;
+        /* the child's leak check (valgrind) */
+        free(buf), free(a), free(b), free(work), free(g), free(ga), free(gb);
         _exit(code);
     }
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFEXITED(status), "the child's sdpa did not finish (signal %d)",
+    ck_assert_msg(WIFEXITED(status), "the child's calls did not finish (signal %d)",
                   WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    ck_assert_msg(WEXITSTATUS(status) == 0, "the child's sdpa %s (exit status %d)",
-                  WEXITSTATUS(status) == 2   ? "failed"
-                  : WEXITSTATUS(status) == 3 ? "differs from the parent's"
-                                             : "had errors",
+    ck_assert_msg(WEXITSTATUS(status) == 0, "the child's %s (exit status %d)",
+                  WEXITSTATUS(status) == 2   ? "sdpa failed"
+                  : WEXITSTATUS(status) == 3 ? "sdpa differs from the parent's"
+                  : WEXITSTATUS(status) == 4 ? "gemm failed"
+                  : WEXITSTATUS(status) == 5 ? "gemm differs from the parent's"
+                                             : "calls had errors",
                   WEXITSTATUS(status));
-    free(buf), free(a), free(b), free(work);
+    free(buf), free(a), free(b), free(work), free(g), free(ga), free(gb);
+}
+END_TEST
+
+/* OpenBLAS's own report of its threading (1 pthread, 2 OpenMP); weak: other BLASes lack it. */
+extern int openblas_get_parallel(void) __attribute__((weak));
+
+/* With ATTN_TEST_BLAS=pthread or openmp (tests/meson.build's threads_openmp), the suite
+   runs against that OpenBLAS build, not whichever the dynamic linker fell back to. */
+START_TEST(th_blas_build) {
+    const char *want = getenv("ATTN_TEST_BLAS");
+    if (!want)
+        return;
+    ck_assert_msg(openblas_get_parallel, "ATTN_TEST_BLAS=%s but the BLAS is not OpenBLAS",
+                  want);
+    int got = openblas_get_parallel(), expect = strcmp(want, "openmp") == 0 ? 2 : 1;
+    ck_assert_msg(got == expect, "ATTN_TEST_BLAS=%s but openblas_get_parallel() is %d", want,
+                  got);
 }
 END_TEST
 
@@ -588,6 +628,7 @@ int main(void) {
     tcase_add_test(tc, th_serial_repeatable);
     tcase_add_test(tc, th_eight_threads_bit_identical);
     tcase_add_test(tc, th_fork_child);
+    tcase_add_test(tc, th_blas_build);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

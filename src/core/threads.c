@@ -200,6 +200,12 @@ static void pool_after_fork(void) {
     /* libgomp keeps the parent's thread pool in its records, and the child's
        next parallel region waits for those threads forever (GCC PR 60035) */
     team_unusable = team_unusable || team_used;
+    /* OpenBLAS's OpenMP build opens such a region for every threaded call
+       (attn_gemm's large products, LAPACK): with one thread it runs serial
+       instead of hanging, attn's calls and the program's alike. A region of
+       one thread needs no pool thread. */
+    if (team_unusable)
+        omp_set_num_threads(1);
 #endif
     /* the child has none of the parent's workers: start over */
     pthread_mutex_init(&pool.lock, NULL);
