@@ -3,7 +3,7 @@
 # Install the Debian packages attn builds and tests with, when any is missing.
 set -e
 pkgs="gcc g++ gfortran cmake meson ninja-build pkg-config libopenblas-dev liblapacke-dev check gnuplot-nox
-      libopenblas0-pthread
+      libopenblas0-pthread libopenblas0-openmp
       libopenmpi-dev openmpi-bin $*"
 missing=""
 for p in $pkgs; do

@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 out="${1:-bench-results/host}"
 [ $# -gt 0 ] && shift
 opts="${*:---reps 21 --runs 5 --fresh-runs 7}"
+sh scripts/deps.sh # both OpenBLAS builds among them
 [ -d build-release/meson-private ] || meson setup build-release --buildtype=release
 meson compile -C build-release bench/attn-host-bench >/dev/null
 mkdir -p "$out"
@@ -28,5 +29,11 @@ for variant in pthread openmp; do
     # shellcheck disable=SC2086
     env ${lib:+LD_LIBRARY_PATH="$lib"} build-release/bench/attn-host-bench $opts \
       --spin "$spin" --json "$out/$variant-$load.json" >"$out/$variant-$load.txt"
+    # the build the dynamic linker took, as the benchmark's header reports it
+    if ! grep -q ", $variant threading," "$out/$variant-$load.txt"; then
+      echo "host-matrix: $variant-$load ran with another OpenBLAS build:" >&2
+      grep -m1 'BLAS:' "$out/$variant-$load.txt" >&2
+      exit 1
+    fi
   done
 done
