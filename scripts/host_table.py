@@ -57,11 +57,16 @@ def main(outdir):
             vals.append("not measured" if not a or not b else f"{100 * a / b:.1f}%")
         print(f"| fresh T 256 / T 1024, {env} | | " + " | ".join(vals) + " |")
     print(f"\n{n - over} of {n} attn cells within 1.1x; worst {worst:.2f}x")
+    wrong = []
     for c in CONFIGS:
         r = runs[c]
         print(f"- {c[0]} {c[1]}: {r['environment']['date']}, kernel "
               f"{r['environment']['blas_corename']}, {r['environment']['blas_threading']}, "
               f"load average {r['load_before']} before, {r['load_after']} after")
+        if r["environment"]["blas_threading"] != c[0]:
+            wrong.append(f"{c[0]} {c[1]}")
+    if wrong:  # a column that measured another build than its heading says
+        sys.exit("host_table: measured with another OpenBLAS build: " + ", ".join(wrong))
 
 
 if __name__ == "__main__":
