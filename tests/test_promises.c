@@ -93,20 +93,7 @@ struct pr_case {
     ((i) < 0 || (c->nullv >> (i)&1) ? NULL : &c->v[c->same_as[i] ? c->same_as[i] - 1 : (i)])
 #define PTR(k, e) (c->nul_ptr == (k) ? NULL : (e))
 #define SH(...)   ((const int64_t[]){__VA_ARGS__})
-/* Setup checks on the harness's hot path report only a failure: a passing
-   ck_assert sends Check's parent a location record (malloc, write, unpack),
-   most of this suite's time under ASan. */
-#define PR_OK(call)                                                                            \
-    do {                                                                                       \
-        attn_status pr_st_ = (call);                                                           \
-        if (pr_st_ != ATTN_OK)                                                                 \
-            ck_abort_msg("%s: %s", #call, attn_status_name(pr_st_));                           \
-    } while (0)
-#define PR_REQUIRE(cond)                                                                       \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            ck_abort_msg("harness: %s", #cond);                                                \
-    } while (0)
+#define PR_OK(call) TU_REQUIRE_OK(call) /* testutil.h: reports only a failure */
 
 /* attn_trace fields in declaration order, as an array of member offsets. */
 static const size_t pr_tr_off[21] = {offsetof(attn_trace, ln1),
@@ -169,12 +156,12 @@ static size_t pr_bytes(const attn_view *v) {
 
 static int pr_add(pr_case *c, int kind, int ndim, const int64_t *shape, attn_dtype dt) {
     int k = c->nv++;
-    PR_REQUIRE(k < PR_MAXV);
+    TU_REQUIRE(k < PR_MAXV);
     size_t es = attn_dtype_size(dt), n = 1;
     for (int d = 0; d < ndim; ++d)
         n *= (size_t)shape[d];
     pr_lo_used = (pr_lo_used + 63) & ~(size_t)63;
-    PR_REQUIRE(pr_lo_used + n * es <= PR_HALF);
+    TU_REQUIRE(pr_lo_used + n * es <= PR_HALF);
     PR_OK(attn_view_init(&c->v[k], dt, pr_mem + pr_lo_used, ndim, shape));
     pr_lo_used += n * es;
     c->kind[k] = (unsigned char)kind;
@@ -205,7 +192,7 @@ static void pr_ptrs(pr_case *c, int a, int b) {
 /* Room in the upper half (relaid inputs, workspaces); 64-byte aligned. */
 static unsigned char *pr_hi(size_t bytes) {
     pr_hi_used = (pr_hi_used + 63) & ~(size_t)63;
-    PR_REQUIRE(pr_hi_used + bytes <= PR_HALF);
+    TU_REQUIRE(pr_hi_used + bytes <= PR_HALF);
     unsigned char *p = pr_mem + PR_HALF + pr_hi_used;
     pr_hi_used += bytes;
     return p;

@@ -72,24 +72,6 @@ static int64_t ulp_diff(float a, float b) {
 enum { CHUNK = 1 << 18 };
 
 /*
- * A sweep's first failing point, asserted once after the loop: every ck_assert
- * sends Check's parent a location record (a malloc and a write), and one per
- * point made this suite take over ten minutes under ASan.
- */
-typedef struct {
-    bool bad;
-    char msg[256];
-} first_fail;
-#define NOTE_FAIL(ff, cond, ...)                                                               \
-    do {                                                                                       \
-        if (!(cond) && !(ff)->bad) {                                                           \
-            (ff)->bad = true;                                                                  \
-            snprintf((ff)->msg, sizeof(ff)->msg, __VA_ARGS__);                                 \
-        }                                                                                      \
-    } while (0)
-#define ASSERT_NO_FAIL(ff) ck_assert_msg(!(ff)->bad, "%s", (ff)->msg)
-
-/*
  * Every STEP-th float (257: 16.7 million points). ATTN_VMATH_STEP overrides it:
  * CI's valgrind step, which checks memory, not ulps, samples 100x more sparsely.
  */
@@ -146,7 +128,7 @@ static void grad_sweep(attn_act act) {
     ck_assert(x && dy && dx);
     double worst = 0;
     float wx = 0;
-    first_fail ff = {0};
+    tu_first_fail ff = {0};
     for (uint64_t b = 0; b < (UINT64_C(1) << 32);) {
         int64_t n = 0;
         for (; n < CHUNK && b < (UINT64_C(1) << 32); b += 4 * STEP + 2) {
@@ -165,12 +147,12 @@ static void grad_sweep(attn_act act) {
             double g, sc;
             ref_grad(act, x[i], &g, &sc);
             double e = fabs(dx[i] - g) / (sc > FLT_MIN ? sc : FLT_MIN);
-            NOTE_FAIL(&ff, e == e, "grad %d: NaN at x = %.9g", (int)act, x[i]);
+            TU_NOTE_FAIL(&ff, e == e, "grad %d: NaN at x = %.9g", (int)act, x[i]);
             if (e > worst)
                 worst = e, wx = x[i];
         }
     }
-    ASSERT_NO_FAIL(&ff);
+    TU_ASSERT_NO_FAIL(&ff);
     ck_assert_msg(worst <= 8 * FLT_EPSILON, "grad %d: %.3g eps at x = %.9g", (int)act,
                   worst / FLT_EPSILON, wx);
     free(x);
@@ -222,7 +204,7 @@ START_TEST(gelu_f64_sweep) {
     attn_view_init(&Y, ATTN_F64, y, 1, (int64_t[]){N});
     attn_view_init(&DY, ATTN_F64, dy, 1, (int64_t[]){N});
     attn_view_init(&DX, ATTN_F64, dx, 1, (int64_t[]){N});
-    first_fail ff = {0};
+    tu_first_fail ff = {0};
     for (int a = 0; a < 2; ++a) {
         attn_act act = a ? ATTN_ACT_GELU_TANH : ATTN_ACT_GELU_ERF;
         memset(dx, 0, (size_t)N * sizeof *dx);
@@ -231,15 +213,15 @@ START_TEST(gelu_f64_sweep) {
         for (int64_t i = 0; i < N; ++i) {
             double want = ref_gelu(act, x[i]), g, scale;
             ref_grad(act, x[i], &g, &scale);
-            NOTE_FAIL(&ff,
-                      fabs(y[i] - want) <=
-                          F64_EPS_BOUND * DBL_EPSILON * fabs(want) + F64_TINY(x[i]),
-                      "f64 act %d at %.17g: %.17g vs %.17g", (int)act, x[i], y[i], want);
-            NOTE_FAIL(&ff,
-                      fabs(dx[i] - g) <= F64_EPS_BOUND * DBL_EPSILON * scale + F64_TINY(x[i]),
-                      "f64 grad %d at %.17g: %.17g vs %.17g", (int)act, x[i], dx[i], g);
+            TU_NOTE_FAIL(&ff,
+                         fabs(y[i] - want) <=
+                             F64_EPS_BOUND * DBL_EPSILON * fabs(want) + F64_TINY(x[i]),
+                         "f64 act %d at %.17g: %.17g vs %.17g", (int)act, x[i], y[i], want);
+            TU_NOTE_FAIL(
+                &ff, fabs(dx[i] - g) <= F64_EPS_BOUND * DBL_EPSILON * scale + F64_TINY(x[i]),
+                "f64 grad %d at %.17g: %.17g vs %.17g", (int)act, x[i], dx[i], g);
         }
-        ASSERT_NO_FAIL(&ff);
+        TU_ASSERT_NO_FAIL(&ff);
         double sx[6] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, -1e300}, sy[6];
         attn_view SX, SY;
         attn_view_init(&SX, ATTN_F64, sx, 1, (int64_t[]){6});
@@ -276,7 +258,7 @@ START_TEST(gelu_strided_threaded) {
         for (int64_t r = 0; r < R; ++r)
             for (int64_t i = 0; i < N; ++i)
                 tu_set(&X, (int64_t[]){r, i}, 12.0 * tu_uniform(&seed));
-        first_fail ff = {0};
+        tu_first_fail ff = {0};
         for (int a = 0; a < 2; ++a) {
             attn_act act = a ? ATTN_ACT_GELU_TANH : ATTN_ACT_GELU_ERF;
             ck_assert_int_eq(attn_gelu(act, &X, &Y), ATTN_OK);
@@ -286,16 +268,17 @@ START_TEST(gelu_strided_threaded) {
                     double xv = tu_get(&X, ix), got = tu_get(&Y, ix);
                     double want = ref_gelu(act, xv);
                     if (d)
-                        NOTE_FAIL(&ff,
-                                  fabs(got - want) <=
-                                      F64_EPS_BOUND * DBL_EPSILON * fabs(want) + F64_TINY(xv),
-                                  "f64 %g: %.17g vs %.17g", xv, got, want);
+                        TU_NOTE_FAIL(&ff,
+                                     fabs(got - want) <=
+                                         F64_EPS_BOUND * DBL_EPSILON * fabs(want) +
+                                             F64_TINY(xv),
+                                     "f64 %g: %.17g vs %.17g", xv, got, want);
                     else
-                        NOTE_FAIL(&ff,
-                                  ulp_diff((float)got, (float)want) <= (a ? TANH_ULP : ERF_ULP),
-                                  "f32 %g: %.9g vs %.9g", xv, got, want);
+                        TU_NOTE_FAIL(
+                            &ff, ulp_diff((float)got, (float)want) <= (a ? TANH_ULP : ERF_ULP),
+                            "f32 %g: %.9g vs %.9g", xv, got, want);
                 }
-            ASSERT_NO_FAIL(&ff);
+            TU_ASSERT_NO_FAIL(&ff);
         }
         free(xm);
         free(ym);
@@ -323,7 +306,7 @@ START_TEST(softmax_exp_all_floats) {
     double worst = 0;
     float wx = 0;
     int64_t count = 0;
-    first_fail ff = {0};
+    tu_first_fail ff = {0};
     uint64_t b = lo;
     for (int row = 0; b <= hi; ++row) {
         int at = row % N; /* the maximum's lane */
@@ -343,25 +326,25 @@ START_TEST(softmax_exp_all_floats) {
         if (row % 97 == 0) /* the specials, now and then */
             x[(at + 1) % N] = -INFINITY;
         attn_status st = attn_softmax(&X, &Y);
-        NOTE_FAIL(&ff, st == ATTN_OK, "row %d: attn_softmax returned %d", row, (int)st);
-        NOTE_FAIL(&ff, y[at] > 0 && y[at] <= 1, "row %d: max weight %g", row, y[at]);
+        TU_NOTE_FAIL(&ff, st == ATTN_OK, "row %d: attn_softmax returned %d", row, (int)st);
+        TU_NOTE_FAIL(&ff, y[at] > 0 && y[at] <= 1, "row %d: max weight %g", row, y[at]);
         for (int j = 0; j < N; ++j) {
             if (j == at)
                 continue;
             double e = exp((double)x[j]), got = (double)y[j] / (double)y[at];
             if (x[j] < -105.0f)
-                NOTE_FAIL(&ff, y[j] == 0.0f, "exp(%.9g) gave %g, not 0", x[j], got);
+                TU_NOTE_FAIL(&ff, y[j] == 0.0f, "exp(%.9g) gave %g, not 0", x[j], got);
             else if (x[j] >= -80.0f) {
                 double rel = fabs(got - e) / e;
                 if (rel > worst)
                     worst = rel, wx = x[j];
             } else
-                NOTE_FAIL(&ff, y[j] <= e * y[at] * (1 + 4e-7) + FLT_TRUE_MIN,
-                          "exp(%.9g): %g > %g", x[j], got, e);
+                TU_NOTE_FAIL(&ff, y[j] <= e * y[at] * (1 + 4e-7) + FLT_TRUE_MIN,
+                             "exp(%.9g): %g > %g", x[j], got, e);
             ++count;
         }
     }
-    ASSERT_NO_FAIL(&ff);
+    TU_ASSERT_NO_FAIL(&ff);
     ck_assert_msg(worst <= 4e-7, "exp: relative error %.3g at x = %.9g (%lld floats)", worst,
                   wx, (long long)count);
 }

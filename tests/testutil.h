@@ -6,6 +6,7 @@
 #include <attn/attn.h>
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,38 @@ static inline void tu_check_close(const attn_view *got, const attn_view *want, d
                   (long long)worst[1], (long long)worst[2], (long long)worst[3], wg, ww,
                   fabs(wg - ww), rtol, atol);
 }
+
+/*
+ * Checks for hot loops. Every passing ck_assert sends Check's runner a location
+ * record (a malloc and a write, unpacked by the parent); one per point or per
+ * byte made test_vmath take over ten minutes under ASan, whose full unwinding
+ * makes every malloc slow. These report only a failure.
+ */
+#define TU_REQUIRE(cond)                                                                       \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            ck_abort_msg("%s:%d: %s", __FILE__, __LINE__, #cond);                              \
+    } while (0)
+#define TU_REQUIRE_OK(call)                                                                    \
+    do {                                                                                       \
+        attn_status tu_st_ = (call);                                                           \
+        if (tu_st_ != ATTN_OK)                                                                 \
+            ck_abort_msg("%s: %s", #call, attn_status_name(tu_st_));                           \
+    } while (0)
+
+/* A sweep's first failing point, noted in the loop and asserted once after it. */
+typedef struct {
+    bool bad;
+    char msg[256];
+} tu_first_fail;
+#define TU_NOTE_FAIL(ff, cond, ...)                                                            \
+    do {                                                                                       \
+        if (!(cond) && !(ff)->bad) {                                                           \
+            (ff)->bad = true;                                                                  \
+            snprintf((ff)->msg, sizeof(ff)->msg, __VA_ARGS__);                                 \
+        }                                                                                      \
+    } while (0)
+#define TU_ASSERT_NO_FAIL(ff) ck_assert_msg(!(ff)->bad, "%s", (ff)->msg)
 
 /* Tolerances per dtype used across the suites. */
 #define TU_RTOL(dt) ((dt) == ATTN_F64 ? 1e-12 : 1e-5)
