@@ -37,8 +37,9 @@
  *   a condition variable, the caller's thread takes tasks too, and a worker
  *   that is not running when the loop starts simply never joins: the caller
  *   waits only for tasks already under way.
- * - any loop, while the pthread server's helpers start late (another
- *   process holds their core): attn's pool too ("Late helpers" below).
+ * - any loop, while the BLAS's threads (server workers or team members)
+ *   start late (another process holds their core): attn's pool too ("Late
+ *   helpers" below).
  *
  * Products of attn_gemm up to ATTN__GEMM_SPLIT_MAX_FLOPS are loops too, of
  * column blocks (src/core/gemm.c, attn__gemm_threads below): OpenBLAS splits
@@ -333,6 +334,50 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
     in_loop--;
 }
 
+/* ---- late helpers -------------------------------------------------------------- */
+
+/*
+ * The BLAS's idle threads poll for work instead of sleeping: the pthread
+ * server's workers yield in a loop (for about 0.1 s after a job), libgomp's
+ * spin (~300000 pause loops) with OMP_WAIT_POLICY unset. The scheduler runs
+ * a polling thread when its turn comes, not when work arrives: when another
+ * process holds its core, a helper starts its share only when that process's
+ * turn ends (up to a 4 ms tick here). A short loop then costs the wait (sdpa
+ * T 64: 4.0 ms against 0.55 ms), and a long one loses its first milliseconds
+ * and the core the polling helper takes from the caller between loops; in a
+ * libgomp team the caller also waits at the end barrier for a helper that had
+ * no task left. So once a helper has begun more than HELPER_LATE_NS after the
+ * loop, the loops of the next `helper_avoid_ns` run on attn's pool, whose
+ * sleeping workers are woken at once (and, left idle that long, the BLAS's
+ * threads go to sleep); the first loop after that measures the BLAS's threads
+ * again. Each late probe doubles the time (to HELPER_AVOID_MAX_NS), a prompt
+ * helper clears it.
+ */
+#define HELPER_LATE_NS      100e3
+#define HELPER_AVOID_MIN_NS 50e6
+#define HELPER_AVOID_MAX_NS 1.6e9
+static double helper_retry_at, helper_avoid_ns = HELPER_AVOID_MIN_NS; /* under pool.in_use */
+
+/* May a loop starting at t0 run on the BLAS's threads? */
+static bool helpers_trusted(double t0) { return t0 >= helper_retry_at; }
+
+/* A loop began at t0 on the BLAS's threads, share i of n at began[i] (share 0
+   is the caller's). */
+static void helpers_note(double t0, const double *began, int n) {
+    double start = 0; /* when the last helper began */
+    for (int i = 1; i < n; ++i)
+        if (began[i] > start)
+            start = began[i];
+    if (start - t0 <= HELPER_LATE_NS) {
+        helper_retry_at = 0;
+        helper_avoid_ns = HELPER_AVOID_MIN_NS;
+    } else {
+        if (helper_retry_at > 0 && helper_avoid_ns < HELPER_AVOID_MAX_NS)
+            helper_avoid_ns *= 2; /* probed again, and the helper was late again */
+        helper_retry_at = start + helper_avoid_ns;
+    }
+}
+
 /* ---- the loop on the pthread OpenBLAS's own threads ------------------------------ */
 
 #if ATTN_HAVE_OPENBLAS_THREADS
@@ -347,25 +392,6 @@ typedef struct {
     int    tid;
     double t; /* when the share began */
 } server_share;
-
-/*
- * Late helpers. The server's workers yield in a loop between calls instead of
- * sleeping (for about 0.1 s after a job), and the scheduler runs a yielding
- * thread last: when another process holds its core, a worker starts its share
- * only when that process's turn ends (up to a 4 ms tick here). A short loop
- * then costs the wait (sdpa T 64: 4.0 ms against 0.55 ms), and a long one
- * loses its first milliseconds and the core the spinning worker takes from
- * the caller between jobs. So once a helper has begun more than
- * SERVER_LATE_NS after the loop, the loops of the next `server_avoid_ns` run
- * on attn's pool, whose sleeping workers are woken at once (and, left idle
- * that long, the server's workers go to sleep); the first loop after that
- * measures the server again. Each late probe doubles the time (to
- * SERVER_AVOID_MAX_NS), a prompt helper clears it.
- */
-#define SERVER_LATE_NS      100e3
-#define SERVER_AVOID_MIN_NS 50e6
-#define SERVER_AVOID_MAX_NS 1.6e9
-static double server_retry_at, server_avoid_ns = SERVER_AVOID_MIN_NS; /* under pool.in_use */
 
 /* Release/acquire pairs around the server's own (uninstrumented) hand-over,
    so that ThreadSanitizer sees the order the server guarantees. */
@@ -394,7 +420,7 @@ static bool run_on_blas_server(job *j, int nthreads) {
     if (openblas_get_num_threads() < nthreads)
         return false;
     double t0 = now_ns();
-    if (t0 < server_retry_at)
+    if (!helpers_trusted(t0))
         return false;
     server_share share[ATTN__MAX_THREADS];
     for (int i = 0; i < nthreads; ++i)
@@ -404,18 +430,10 @@ static bool run_on_blas_server(job *j, int nthreads) {
     gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
     (void)atomic_load_explicit(&server_done, memory_order_acquire);
     blas_serial_end(nthreads);
-    double start = 0; /* when the last helper began */
-    for (int i = 1; i < nthreads; ++i)
-        if (share[i].t > start)
-            start = share[i].t;
-    if (start - t0 <= SERVER_LATE_NS) {
-        server_retry_at = 0;
-        server_avoid_ns = SERVER_AVOID_MIN_NS;
-    } else {
-        if (server_retry_at > 0 && server_avoid_ns < SERVER_AVOID_MAX_NS)
-            server_avoid_ns *= 2; /* probed again, and the helper was late again */
-        server_retry_at = start + server_avoid_ns;
-    }
+    double began[ATTN__MAX_THREADS];
+    for (int i = 0; i < nthreads; ++i)
+        began[i] = share[i].t;
+    helpers_note(t0, began, nthreads);
     return true;
 }
 #else
@@ -448,12 +466,24 @@ void attn__blas_serial_guard(void) {
 static bool run_in_omp_team(job *j, int nthreads) {
     if (blas_parallel() != BLAS_OPENMP || omp_in_parallel() || team_unusable)
         return false;
+    double t0 = now_ns();
+    if (!helpers_trusted(t0))
+        return false;
     if (!team_used) {
         pthread_once(&pool_once, pool_register);
         team_used = true;
     }
+    double began[ATTN__MAX_THREADS];
+    int size = 1; /* the team libgomp gave */
 #pragma omp parallel num_threads(nthreads)
-    run_tasks(j, omp_get_thread_num());
+    {
+        int tid = omp_get_thread_num();
+        began[tid] = now_ns();
+        if (tid == 0)
+            size = omp_get_num_threads();
+        run_tasks(j, tid);
+    }
+    helpers_note(t0, began, size);
     return true;
 }
 #else
