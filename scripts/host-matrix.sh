@@ -2,11 +2,11 @@
 # SPDX-License-Identifier: MIT
 # attn-host-bench in the four configurations of docs/benchmarks.md, "attn inside
 # a host program": Debian's pthread and OpenMP OpenBLAS builds, quiet and with one
-# core loaded by a spinning process. Run on an otherwise idle machine; 10 to 40
+# core loaded by a spinning process. Run on an otherwise idle machine; 20 to 60
 # minutes at the defaults. The environment is passed on as it is.
 #
 #   sh scripts/host-matrix.sh [OUTDIR] [attn-host-bench options]
-#     (default OUTDIR bench-results/host, options --reps 21 --runs 5 --fresh-runs 7)
+#     (default OUTDIR bench-results/host, options --reps 21 --runs 9 --fresh-runs 9)
 #
 # Writes OUTDIR/{pthread,openmp}-{quiet,loaded}.{txt,json}; then
 #   /usr/bin/python3 scripts/host_table.py OUTDIR
@@ -15,7 +15,7 @@ set -e
 cd "$(dirname "$0")/.."
 out="${1:-bench-results/host}"
 [ $# -gt 0 ] && shift
-opts="${*:---reps 21 --runs 5 --fresh-runs 7}"
+opts="${*:---reps 21 --runs 9 --fresh-runs 9}"
 sh scripts/deps.sh # both OpenBLAS builds among them
 [ -d build-release/meson-private ] || meson setup build-release --buildtype=release
 meson compile -C build-release bench/attn-host-bench >/dev/null
