@@ -292,7 +292,8 @@ static inline void wk_json_str(wk_json *j, const char *key, const char *s) {
 
 /* A view as nested lists (the NumPy/PyTorch .tolist() layout). */
 static inline void wk_json_view_rec(wk_json *j, const attn_view *v, int dim, int64_t *k) {
-    if (dim == v->ndim - 1) {
+    /* ndim <= ATTN_MAX_DIMS: the second test only tells the compiler so */
+    if (dim == v->ndim - 1 || dim == ATTN_MAX_DIMS - 1) {
         fputc('[', j->f);
         for (int64_t i = 0; i < v->shape[dim]; ++i) {
             char b[40];
