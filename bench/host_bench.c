@@ -552,7 +552,7 @@ int main(int argc, char **argv) {
         fprintf(f, "],\n \"fresh\": {");
         for (int k = 0; k < 6; ++k) {
             fprintf(f, "%s\"%s\": ", k ? ", " : "", fresh_key[k]);
-            json_num(f, fresh_val[k], 2);
+            json_num(f, fresh_val[k], k < 4 ? 2 : 4);
         }
         fprintf(f, "},\n \"worst_ratio\": ");
         json_num(f, worst, 4);
