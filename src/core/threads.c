@@ -388,9 +388,9 @@ static void helpers_note(double t0, const double *began, int n) {
 extern int gotoblas_pthread(int n, void *function, void *args, int stride) __attribute__((weak));
 
 typedef struct {
-    job   *j;
-    int    tid;
-    double t; /* when the share began */
+    job    *j;
+    int     tid;
+    double *began; /* began[tid]: when the share began */
 } server_share;
 
 /* Release/acquire pairs around the server's own (uninstrumented) hand-over,
@@ -401,7 +401,7 @@ static _Thread_local bool on_server; /* this thread runs attn tasks for the serv
 static void server_share_run(void *arg) {
     (void)atomic_load_explicit(&server_posted, memory_order_acquire);
     server_share *s = arg;
-    s->t = now_ns();
+    s->began[s->tid] = now_ns();
     on_server = true;
     run_tasks(s->j, s->tid);
     on_server = false;
@@ -423,16 +423,14 @@ static bool run_on_blas_server(job *j, int nthreads) {
     if (!helpers_trusted(t0))
         return false;
     server_share share[ATTN__MAX_THREADS];
+    double       began[ATTN__MAX_THREADS];
     for (int i = 0; i < nthreads; ++i)
-        share[i] = (server_share){j, i, 0};
+        share[i] = (server_share){j, i, began};
     blas_serial_begin(nthreads);
     atomic_fetch_add_explicit(&server_posted, 1, memory_order_release);
     gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
     (void)atomic_load_explicit(&server_done, memory_order_acquire);
     blas_serial_end(nthreads);
-    double began[ATTN__MAX_THREADS];
-    for (int i = 0; i < nthreads; ++i)
-        began[i] = share[i].t;
     helpers_note(t0, began, nthreads);
     return true;
 }
