@@ -2,10 +2,14 @@
 /* Check suite: 8 threads run every public forward and backward at once, bit-identical to
  * serial. */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -622,6 +626,88 @@ START_TEST(th_blas_build) {
 }
 END_TEST
 
+/* ---- libgomp's idle threads while the team is late ------------------------------------- */
+
+/* Every thread of this process onto the CPUs of mask (threads created later inherit it). */
+static void pin_all(const cpu_set_t *mask) {
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            sched_setaffinity((pid_t)atoi(e->d_name), sizeof *mask, mask);
+    closedir(d);
+}
+
+static double cpu_ms(void) {
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return 1e3 * (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           1e-3 * (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+/* The CPU time this process burns in 50 ms of sleep right after a product on the BLAS's
+   own threads (an OpenMP region): libgomp's idle team member, spinning. */
+static double idle_cpu_ms(float *g, float *c) {
+    ck_assert_int_eq(fork_gemm(g, c), ATTN_OK);
+    double t0 = cpu_ms();
+    nanosleep(&(struct timespec){0, 50000000}, NULL);
+    return cpu_ms() - t0;
+}
+
+/* With the OpenMP OpenBLAS and neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, a team
+   member that starts attn's loop late (here: every thread on one CPU, so it runs only when
+   the caller's turn ends) makes libgomp's idle threads sleep at once instead of spinning
+   ~300000 pause loops (src/core/threads.c, "libgomp's idle threads"); a second after the
+   teams are prompt again, libgomp spins as before. */
+START_TEST(th_libgomp_sleeps_while_late) {
+    const char *blas = getenv("ATTN_TEST_BLAS");
+    cpu_set_t all, one;
+    if (!blas || strcmp(blas, "openmp") != 0 || getenv("OMP_WAIT_POLICY") ||
+        getenv("GOMP_SPINCOUNT") || sched_getaffinity(0, sizeof all, &all) != 0 ||
+        CPU_COUNT(&all) < 2)
+        return;
+    size_t n = 4 * 128 * 32, wn = (size_t)1 << 22;
+    float *buf = calloc(3 * n, sizeof *buf), *out = malloc(n * sizeof *out);
+    float *g = calloc(2 * FG * FG, sizeof *g), *c = malloc(FG * FG * sizeof *c);
+    void *work = malloc(wn);
+    ck_assert(buf && out && g && c && work);
+
+    double spin = idle_cpu_ms(g, c); /* libgomp's default wait, before any late team */
+
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &all)) {
+            CPU_SET(cpu, &one);
+            break;
+        }
+    pin_all(&one);
+    /* each product leaves the team member spinning, and sdpa's loop finds it late */
+    for (int i = 0; i < 20; ++i) {
+        ck_assert_int_eq(fork_gemm(g, c), ATTN_OK);
+        ck_assert_int_eq(fork_sdpa(buf, out, work, wn), ATTN_OK);
+    }
+    pin_all(&all);
+    nanosleep(&(struct timespec){0, 100000000}, NULL); /* the parker's team starts meanwhile */
+    double parked = idle_cpu_ms(g, c);
+    ck_assert_msg(parked < 1.0,
+                  "libgomp's idle thread used %.2f ms of CPU in 50 ms after a late team "
+                  "(%.2f ms before)", parked, spin);
+
+    /* prompt teams again: within a few seconds libgomp spins as before (if its spin was
+       measurable here at all: ~9 ms on Zen 3, less on a CPU with a short pause) */
+    double again = 0;
+    for (int i = 0; i < 100 && spin > 2.0 && again < spin / 2; ++i) {
+        for (int k = 0; k < 5; ++k)
+            ck_assert_int_eq(fork_sdpa(buf, out, work, wn), ATTN_OK);
+        again = idle_cpu_ms(g, c);
+    }
+    ck_assert_msg(spin <= 2.0 || again >= spin / 2,
+                  "libgomp's idle thread still sleeps at once (%.2f ms against %.2f ms)", again,
+                  spin);
+    free(buf), free(out), free(g), free(c), free(work);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("concurrency");
@@ -631,6 +717,7 @@ int main(void) {
     tcase_add_test(tc, th_eight_threads_bit_identical);
     tcase_add_test(tc, th_fork_child);
     tcase_add_test(tc, th_blas_build);
+    tcase_add_test(tc, th_libgomp_sleeps_while_late);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -40,6 +40,9 @@
  * - any loop, while the BLAS's threads (server workers or team members)
  *   start late (another process holds their core): attn's pool too ("Late
  *   helpers" below).
+ * - while an OpenMP team's members start milliseconds late, libgomp's idle
+ *   threads sleep at once instead of spinning (unless the user set how they
+ *   wait): "libgomp's idle threads" below.
  *
  * Products of attn_gemm up to ATTN__GEMM_SPLIT_MAX_FLOPS are loops too, of
  * column blocks (src/core/gemm.c, attn__gemm_threads below): OpenBLAS splits
@@ -196,7 +199,10 @@ static bool team_used;    /* this process ran a loop in an OpenMP team */
 static bool team_unusable; /* a child of such a process: its first region would hang */
 #endif
 
+static void park_after_fork(void);
+
 static void pool_after_fork(void) {
+    park_after_fork();
 #if ATTN_HAVE_OPENMP
     /* libgomp keeps the parent's thread pool in its records, and the child's
        next parallel region waits for those threads forever (GCC PR 60035) */
@@ -362,8 +368,8 @@ static double helper_retry_at, helper_avoid_ns = HELPER_AVOID_MIN_NS; /* under p
 static bool helpers_trusted(double t0) { return t0 >= helper_retry_at; }
 
 /* A loop began at t0 on the BLAS's threads, share i of n at began[i] (share 0
-   is the caller's). */
-static void helpers_note(double t0, const double *began, int n) {
+   is the caller's). Returns how late the last helper began (ns). */
+static double helpers_note(double t0, const double *began, int n) {
     double start = 0; /* when the last helper began */
     for (int i = 1; i < n; ++i)
         if (began[i] > start)
@@ -376,6 +382,7 @@ static void helpers_note(double t0, const double *began, int n) {
             helper_avoid_ns *= 2; /* probed again, and the helper was late again */
         helper_retry_at = start + helper_avoid_ns;
     }
+    return start - t0;
 }
 
 /* ---- the loop on the pthread OpenBLAS's own threads ------------------------------ */
@@ -455,6 +462,116 @@ void attn__blas_serial_guard(void) {
 #endif
 }
 
+/* ---- libgomp's idle threads while other processes want the cores -------------------- */
+
+/* libgomp's rule and its omp_pause_resource_all (GCC 9 on) */
+#if ATTN_HAVE_OPENMP && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+#define ATTN_PARK_TEAM 1
+/*
+ * With OMP_WAIT_POLICY and GOMP_SPINCOUNT unset, an idle libgomp thread spins
+ * ~300000 pause loops (9 ms on Zen 3) before it sleeps, unless the process has
+ * more OpenMP threads than available CPUs: then 100 (libgomp's manual,
+ * GOMP_SPINCOUNT). Its team member spins on after each of the caller's own
+ * threaded BLAS calls, and where another process wants the cores, that
+ * spinner takes the core the caller's next call (and attn's) needs and starts
+ * its own share of that call a scheduler slice late: attn sees a team member
+ * begin milliseconds late. From then on, a thread of attn's (the parker)
+ * holds a team of omp_get_num_procs() + 2 - (the late team's size) threads,
+ * asleep: the process has more OpenMP threads than CPUs, and every idle
+ * libgomp thread in it sleeps after 100 spins, as with OMP_WAIT_POLICY=PASSIVE.
+ * When a team begins within PARK_LATE_NS again and none has begun later for
+ * PARK_HOLD_NS, the parker lets its team go (omp_pause_resource_all frees the
+ * calling thread's pool) and libgomp spins as before, which a quiet machine's
+ * short calls prefer. Sleeping members wake in 15-150 us here; a member that
+ * another process kept off its core begins 1-5 ms late, hence PARK_LATE_NS.
+ * A user who set either variable has chosen how libgomp waits: then never.
+ */
+#define PARK_LATE_NS 1e6
+#define PARK_HOLD_NS 1e9
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t  wake;
+    int             want, held; /* the parked team's size asked for and held (0: none) */
+    bool            started;    /* the parker thread runs */
+    double          last_late;  /* under pool.in_use: when a team member was last late */
+} parker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, false, 0};
+static int park_allowed = -1; /* under pool.in_use: -1 until the environment is read */
+
+static void *parker_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&parker.lock);
+    for (;;) {
+        while (parker.want == parker.held)
+            pthread_cond_wait(&parker.wake, &parker.lock);
+        int want = parker.want;
+        pthread_mutex_unlock(&parker.lock);
+        if (want == 0) {
+            omp_pause_resource_all(omp_pause_soft); /* this thread's pool: the parked team */
+        } else {
+            int size = 0;
+#pragma omp parallel num_threads(want)
+            {
+                if (omp_get_thread_num() == 0)
+                    size = omp_get_num_threads(); /* a body, or GCC drops the region */
+            }
+            (void)size;
+        }
+        pthread_mutex_lock(&parker.lock);
+        parker.held = want;
+    }
+    return NULL;
+}
+
+/* Under pool.in_use, after a loop in an OpenMP team of `size` whose last member
+   began `late` ns after the loop, at `now`. */
+static void park_note(double late, int size, double now) {
+    if (park_allowed < 0)
+        park_allowed = !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT");
+    if (!park_allowed)
+        return;
+    int want = parker.want;
+    if (late > PARK_LATE_NS) {
+        parker.last_late = now;
+        int n = omp_get_num_procs() + 2 - size; /* with the caller's pool, more than the CPUs */
+        if (n < 2)
+            n = 2;
+        if (n > want)
+            want = n;
+    } else if (now - parker.last_late > PARK_HOLD_NS) {
+        want = 0;
+    }
+    if (want == parker.want)
+        return;
+    pthread_mutex_lock(&parker.lock);
+    if (!parker.started && want > 0) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old); /* the user's signals go to the user's threads */
+        pthread_t t;
+        parker.started = pthread_create(&t, NULL, parker_main, NULL) == 0;
+        if (parker.started)
+            pthread_detach(t);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    if (parker.started) {
+        parker.want = want;
+        pthread_cond_signal(&parker.wake);
+    }
+    pthread_mutex_unlock(&parker.lock);
+}
+
+static void park_after_fork(void) {
+    /* the child has no parker; libgomp's records keep its team, which only
+       keeps the child's idle threads sleeping sooner */
+    pthread_mutex_init(&parker.lock, NULL);
+    pthread_cond_init(&parker.wake, NULL);
+    parker.want = parker.held = 0;
+    parker.started = false;
+}
+#else
+static void park_after_fork(void) {}
+#endif
+
 /* ---- the loop in the OpenMP OpenBLAS's own team ------------------------------------ */
 
 #if ATTN_HAVE_OPENMP
@@ -481,7 +598,12 @@ static bool run_in_omp_team(job *j, int nthreads) {
             size = omp_get_num_threads();
         run_tasks(j, tid);
     }
-    helpers_note(t0, began, size);
+    double late = helpers_note(t0, began, size);
+#ifdef ATTN_PARK_TEAM
+    park_note(late, size, now_ns());
+#else
+    (void)late;
+#endif
     return true;
 }
 #else
