@@ -1110,7 +1110,6 @@ int main(int argc, char **argv) {
                        : "; the environment as given (nothing set by attn-bench)");
     bench_env_print(stdout, "  ", &env);
     bench_env_kernel_note(stdout, "  ", &env);
-    bench_env_threads_note(stdout, "  ", &env);
     for (int k = 0; k < o.ncfg; ++k) {
         const config *c = &o.cfg[k];
         reference *ref = &refs[c->dt];

@@ -129,23 +129,6 @@ static inline void bench_env_kernel_note(FILE *f, const char *prefix, const benc
             avx512 ? "SkylakeX" : "Haswell", prefix);
 }
 
-/*
- * The OpenMP OpenBLAS with OMP_WAIT_POLICY unset: libgomp's idle threads spin
- * after each of the program's own threaded BLAS calls, and with another
- * process on the cores that costs the next attn call up to 1.25x
- * (docs/benchmarks.md, "Every loop off a late server"); attn cannot change
- * how they wait. Say what the user may do. Nothing here sets it.
- */
-static inline void bench_env_threads_note(FILE *f, const char *prefix, const bench_env *e) {
-    if (strcmp(e->blas_threading, "openmp") || getenv("OMP_WAIT_POLICY"))
-        return;
-    fprintf(f, "%sNOTE: OpenMP OpenBLAS, OMP_WAIT_POLICY unset: on a machine shared with other "
-               "processes,\n%s      OMP_WAIT_POLICY=PASSIVE in your own environment (or the "
-               "pthread OpenBLAS) keeps\n%s      the BLAS's idle threads off the cores "
-               "(docs/guide.md \"Threads\").\n",
-            prefix, prefix, prefix);
-}
-
 /* The same as JSON members (no braces), for a benchmark's "environment" object. */
 static inline void bench_env_json(FILE *f, const bench_env *e) {
     fprintf(f,

@@ -203,7 +203,6 @@ int main(int argc, char **argv) {
     FILE *info = fmt ? stderr : stdout; /* CSV and JSON: the data alone on stdout */
     bench_env_print(info, "", &env);
     bench_env_kernel_note(info, "", &env);
-    bench_env_threads_note(info, "", &env);
     if (paired && !do_gemm) usage();
     gemm_ref ref;
     if (do_gemm) gemm_ref_init(&ref, dt, 2048);

@@ -220,7 +220,6 @@ static void worker(const options *o) {
     bench_env e;
     bench_env_collect(&e);
     bench_env_print(stdout, "# ", &e);
-    bench_env_threads_note(stdout, "# ", &e);
     host h;
     if (o->fresh) {
         /* the first thing this process does: a large threaded sgemm, then sdpa T 256 */
