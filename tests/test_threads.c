@@ -628,13 +628,17 @@ END_TEST
 
 /* ---- libgomp's idle threads while the team is late ------------------------------------- */
 
-/* Every thread of this process onto the CPUs of mask (threads created later inherit it). */
-static void pin_all(const cpu_set_t *mask) {
+/* This thread onto the CPUs of mine, every other thread of the process onto those of
+   others (threads created later inherit their creator's). */
+static void pin_threads(const cpu_set_t *mine, const cpu_set_t *others) {
     DIR *d = opendir("/proc/self/task");
     ck_assert_ptr_nonnull(d);
+    pid_t self = gettid();
     for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.')
-            sched_setaffinity((pid_t)atoi(e->d_name), sizeof *mask, mask);
+        if (e->d_name[0] != '.') {
+            pid_t tid = (pid_t)atoi(e->d_name);
+            sched_setaffinity(tid, sizeof(cpu_set_t), tid == self ? mine : others);
+        }
     closedir(d);
 }
 
@@ -657,8 +661,8 @@ static double idle_cpu_ms(float *g, float *c) {
 /* With the OpenMP OpenBLAS and neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, a team
    member that starts attn's loop late (here: every thread on one CPU, so it runs only when
    the caller's turn ends) makes libgomp's idle threads sleep at once instead of spinning
-   ~300000 pause loops (src/core/threads.c, "libgomp's idle threads"); a second after the
-   teams are prompt again, libgomp spins as before. */
+   ~300000 pause loops (src/core/threads.c, "libgomp's idle threads"); a second or two
+   later, the teams prompt again, libgomp spins as before. */
 START_TEST(th_libgomp_sleeps_while_late) {
     const char *blas = getenv("ATTN_TEST_BLAS");
     cpu_set_t all, one;
@@ -674,26 +678,28 @@ START_TEST(th_libgomp_sleeps_while_late) {
 
     double spin = idle_cpu_ms(g, c); /* libgomp's default wait, before any late team */
 
+    cpu_set_t other; /* one CPU, and another */
     CPU_ZERO(&one);
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-        if (CPU_ISSET(cpu, &all)) {
-            CPU_SET(cpu, &one);
-            break;
-        }
-    pin_all(&one);
+    CPU_ZERO(&other);
+    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && k < 2; ++cpu)
+        if (CPU_ISSET(cpu, &all))
+            CPU_SET(cpu, k++ ? &other : &one);
+    pin_threads(&one, &one);
     /* each product leaves the team member spinning, and sdpa's loop finds it late */
     for (int i = 0; i < 20; ++i) {
         ck_assert_int_eq(fork_gemm(g, c), ATTN_OK);
         ck_assert_int_eq(fork_sdpa(buf, out, work, wn), ATTN_OK);
     }
-    pin_all(&all);
+    /* the helpers off this thread's CPU, as the scheduler would have them, then free */
+    pin_threads(&one, &other);
+    pin_threads(&all, &all);
     nanosleep(&(struct timespec){0, 100000000}, NULL); /* the parker's team starts meanwhile */
     double parked = idle_cpu_ms(g, c);
     ck_assert_msg(parked < 1.0,
                   "libgomp's idle thread used %.2f ms of CPU in 50 ms after a late team "
                   "(%.2f ms before)", parked, spin);
 
-    /* prompt teams again: within a few seconds libgomp spins as before (if its spin was
+    /* prompt teams: within a few seconds libgomp spins as before (if its spin was
        measurable here at all: ~9 ms on Zen 3, less on a CPU with a short pause) */
     double again = 0;
     for (int i = 0; i < 100 && spin > 2.0 && again < spin / 2; ++i) {

@@ -475,26 +475,33 @@ void attn__blas_serial_guard(void) {
  * threaded BLAS calls, and where another process wants the cores, that
  * spinner takes the core the caller's next call (and attn's) needs and starts
  * its own share of that call a scheduler slice late: attn sees a team member
- * begin milliseconds late. From then on, a thread of attn's (the parker)
- * holds a team of omp_get_num_procs() + 2 - (the late team's size) threads,
- * asleep: the process has more OpenMP threads than CPUs, and every idle
- * libgomp thread in it sleeps after 100 spins, as with OMP_WAIT_POLICY=PASSIVE.
- * When a team begins within PARK_LATE_NS again and none has begun later for
- * PARK_HOLD_NS, the parker lets its team go (omp_pause_resource_all frees the
- * calling thread's pool) and libgomp spins as before, which a quiet machine's
- * short calls prefer. Sleeping members wake in 15-150 us here; a member that
- * another process kept off its core begins 1-5 ms late, hence PARK_LATE_NS.
- * A user who set either variable has chosen how libgomp waits: then never.
+ * begin milliseconds late. Then a thread of attn's (the parker) holds a team
+ * of omp_get_num_procs() + 2 - (the late team's size) threads, asleep: the
+ * process has more OpenMP threads than CPUs, and every idle libgomp thread
+ * in it sleeps after 100 spins, as with OMP_WAIT_POLICY=PASSIVE. After
+ * `hold` the parker lets its team go (omp_pause_resource_all frees the
+ * calling thread's pool) and libgomp spins as before, which a quiet
+ * machine's short calls prefer; a late member soon after that parks it again
+ * for twice as long (to PARK_HOLD_MAX_NS), so a lasting load costs one late
+ * loop per hold. While parked, lateness says nothing: the members sleep, and
+ * a sleeping member's wake-up can be slow for reasons of the scheduler's
+ * (queued behind the caller on its CPU). A sleeping member wakes in
+ * 15-150 us here; one that another process kept off its core begins 1-5 ms
+ * late, hence PARK_LATE_NS. A user who set either variable has chosen how
+ * libgomp waits: then never.
  */
-#define PARK_LATE_NS 1e6
-#define PARK_HOLD_NS 1e9
+#define PARK_LATE_NS     1e6
+#define PARK_HOLD_MIN_NS 1e9
+#define PARK_HOLD_MAX_NS 16e9
+#define PARK_AGAIN_NS    10e9 /* "soon" after a release */
 static struct {
     pthread_mutex_t lock;
     pthread_cond_t  wake;
     int             want, held; /* the parked team's size asked for and held (0: none) */
     bool            started;    /* the parker thread runs */
-    double          last_late;  /* under pool.in_use: when a team member was last late */
-} parker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, false, 0};
+    /* under pool.in_use: */
+    double          hold, until, released; /* the current hold, its end, the last release */
+} parker = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, false, 0, 0, -1e300};
 static int park_allowed = -1; /* under pool.in_use: -1 until the environment is read */
 
 static void *parker_main(void *arg) {
@@ -530,15 +537,20 @@ static void park_note(double late, int size, double now) {
     if (!park_allowed)
         return;
     int want = parker.want;
-    if (late > PARK_LATE_NS) {
-        parker.last_late = now;
-        int n = omp_get_num_procs() + 2 - size; /* with the caller's pool, more than the CPUs */
-        if (n < 2)
-            n = 2;
-        if (n > want)
-            want = n;
-    } else if (now - parker.last_late > PARK_HOLD_NS) {
-        want = 0;
+    if (want > 0) {
+        if (now >= parker.until) {
+            want = 0;
+            parker.released = now;
+        }
+    } else if (late > PARK_LATE_NS) {
+        bool again = now - parker.released < PARK_AGAIN_NS;
+        parker.hold = !again                            ? PARK_HOLD_MIN_NS
+                      : parker.hold < PARK_HOLD_MAX_NS ? 2 * parker.hold
+                                                       : PARK_HOLD_MAX_NS;
+        parker.until = now + parker.hold;
+        want = omp_get_num_procs() + 2 - size; /* with the caller's pool, more than the CPUs */
+        if (want < 2)
+            want = 2;
     }
     if (want == parker.want)
         return;
