@@ -661,8 +661,8 @@ static double idle_cpu_ms(float *g, float *c) {
 /* With the OpenMP OpenBLAS and neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, a team
    member that starts attn's loop late (here: every thread on one CPU, so it runs only when
    the caller's turn ends) makes libgomp's idle threads sleep at once instead of spinning
-   ~300000 pause loops (src/core/threads.c, "libgomp's idle threads"); a second or two
-   later, the teams prompt again, libgomp spins as before. */
+   ~300000 pause loops (src/core/threads.c, "libgomp's idle threads"); when attn's hold
+   ends (a second or two here), libgomp spins as before. */
 START_TEST(th_libgomp_sleeps_while_late) {
     const char *blas = getenv("ATTN_TEST_BLAS");
     cpu_set_t all, one;
@@ -699,7 +699,7 @@ START_TEST(th_libgomp_sleeps_while_late) {
                   "libgomp's idle thread used %.2f ms of CPU in 50 ms after a late team "
                   "(%.2f ms before)", parked, spin);
 
-    /* prompt teams: within a few seconds libgomp spins as before (if its spin was
+    /* prompt teams: once the hold ends libgomp spins as before (if its spin was
        measurable here at all: ~9 ms on Zen 3, less on a CPU with a short pause) */
     double again = 0;
     for (int i = 0; i < 100 && spin > 2.0 && again < spin / 2; ++i) {

@@ -307,29 +307,27 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* A detached thread of attn's running fn, with every signal blocked (the user's
+   signals go to the user's threads). False if it could not be created. */
+static bool spawn_detached(void *(*fn)(void *)) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_t t;
+    bool ok = pthread_create(&t, NULL, fn, NULL) == 0;
+    if (ok)
+        pthread_detach(t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return ok;
+}
+
 /* Under pool.lock: at least k workers, or as many as could be created. */
 static int ensure_workers(int k) {
     if (pool.nworkers >= k)
         return k;
     pthread_once(&pool_once, pool_register);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old); /* the user's signals go to the user's threads */
-    pthread_attr_t attr;
-    bool attr_ok = pthread_attr_init(&attr) == 0;
-    if (attr_ok)
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    while (pool.nworkers < k) {
-        pthread_t t;
-        if (pthread_create(&t, attr_ok ? &attr : NULL, worker_main, NULL) != 0)
-            break;
-        if (!attr_ok)
-            pthread_detach(t);
+    while (pool.nworkers < k && spawn_detached(worker_main))
         pool.nworkers++;
-    }
-    if (attr_ok)
-        pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return pool.nworkers < k ? pool.nworkers : k;
 }
 
@@ -555,16 +553,8 @@ static void park_note(double late, int size, double now) {
     if (want == parker.want)
         return;
     pthread_mutex_lock(&parker.lock);
-    if (!parker.started && want > 0) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old); /* the user's signals go to the user's threads */
-        pthread_t t;
-        parker.started = pthread_create(&t, NULL, parker_main, NULL) == 0;
-        if (parker.started)
-            pthread_detach(t);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
+    if (!parker.started && want > 0)
+        parker.started = spawn_detached(parker_main);
     if (parker.started) {
         parker.want = want;
         pthread_cond_signal(&parker.wake);
