@@ -101,7 +101,7 @@ typedef struct attn_step_opts {
     const int64_t *n_new;  /* (B) new tokens of batch b, 0 <= n_new[b] <= Tq: rows
                               n_new[b].. of x are padding; NULL = Tq for every batch */
     attn_rope_config rope; /* attn_mha_step only (a decoder takes it from its config) */
-    int threads;           /* >= 0; 0 -> omp_get_max_threads() */
+    int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
     int64_t split;         /* keys per split of the decode kernel; 0 -> automatic */
 } attn_step_opts;
 

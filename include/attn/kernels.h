@@ -251,7 +251,8 @@ typedef struct attn_sdpa_opts {
  * kv_len (B) with 0 <= kv_len[b] <= Tk; outputs weights (B, H, Tq, Tk) and
  * lse (B, H, Tq); algo; block_q, block_k (>= 0; 0 -> defaults; block_k
  * applies to TILED); threads (>= 0; 0 -> OpenMP's default thread count,
- * omp_get_max_threads(), serial for small calls).
+ * omp_get_max_threads(), serial for small calls; 1 -> the calling thread
+ * alone, its BLAS calls included).
  * A key is masked out when the causal rule, keep == 0, a -inf bias, or
  * j >= kv_len[b] says so. A row with no key left gives out = 0, weights 0
  * and lse = -1e30 (docs/numerics.md); never NaN from masking alone: a pair

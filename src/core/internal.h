@@ -149,6 +149,15 @@ ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
 typedef void attn__task_fn(void *ctx, int64_t task, int tid);
 ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
+/*
+ * A kernel whose caller asked for `requested` threads brackets its loops with
+ * token = attn__one_thread_begin(requested) ... attn__one_thread_end(token):
+ * with requested == 1 its BLAS calls run on the calling thread too (else each
+ * product goes to the BLAS's threads, which on a loaded machine start only at
+ * their core's next scheduler tick); any other count is a no-op.
+ */
+ATTN_HIDDEN int  attn__one_thread_begin(int requested);
+ATTN_HIDDEN void attn__one_thread_end(int token);
 /* Before every BLAS call: keeps it serial on a thread serving attn__parallel_for. */
 ATTN_HIDDEN void attn__blas_serial_guard(void);
 /*

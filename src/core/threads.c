@@ -49,7 +49,8 @@
  * its own threaded GEMM statically, so one late helper would hold its part.
  *
  * Every tile product inside a loop runs single-threaded in the BLAS, or the
- * BLAS's threads oversubscribe the cores:
+ * BLAS's threads oversubscribe the cores; so does every product of a call
+ * whose caller asked for one thread (attn__one_thread_begin):
  *    - In an OpenMP team, OpenBLAS's OpenMP build is serial by its own rule
  *      (omp_in_parallel()). On attn's pool the workers set their OpenMP
  *      nthreads ICV to 1 once (they are attn's threads); the caller's thread
@@ -89,9 +90,9 @@ static int serial_depth;     /* active serial regions */
 static int serial_saved = 1; /* the BLAS thread count to restore */
 #endif
 
-static void blas_serial_begin(int nthreads) {
+static void blas_serial_begin(void) {
 #if ATTN_HAVE_OPENBLAS_THREADS
-    if (nthreads <= 1 || blas_parallel() != BLAS_PTHREAD)
+    if (blas_parallel() != BLAS_PTHREAD)
         return;
     pthread_mutex_lock(&serial_lock);
     if (serial_depth++ == 0) {
@@ -100,23 +101,45 @@ static void blas_serial_begin(int nthreads) {
             openblas_set_num_threads(1);
     }
     pthread_mutex_unlock(&serial_lock);
-#else
-    (void)nthreads;
 #endif
 }
 
-static void blas_serial_end(int nthreads) {
+static void blas_serial_end(void) {
 #if ATTN_HAVE_OPENBLAS_THREADS
-    if (nthreads <= 1 || blas_parallel() != BLAS_PTHREAD)
+    if (blas_parallel() != BLAS_PTHREAD)
         return;
     pthread_mutex_lock(&serial_lock);
     /* restore only our own 1: a count the caller set meanwhile is theirs to keep */
     if (--serial_depth == 0 && serial_saved > 1 && openblas_get_num_threads() == 1)
         openblas_set_num_threads(serial_saved);
     pthread_mutex_unlock(&serial_lock);
-#else
-    (void)nthreads;
 #endif
+}
+
+/* Tasks run from here until caller_serial_end stay on their threads: the
+   pthread build's count goes to 1 (blas_serial_begin), and the calling
+   thread's OpenMP nthreads ICV, which an OpenMP BLAS reads per call; returns
+   the ICV to restore. */
+static int caller_serial_begin(void) {
+    blas_serial_begin();
+#if ATTN_HAVE_OPENMP
+    int icv = omp_get_max_threads();
+    if (icv > 1)
+        omp_set_num_threads(1);
+    return icv;
+#else
+    return 1;
+#endif
+}
+
+static void caller_serial_end(int icv) {
+#if ATTN_HAVE_OPENMP
+    if (icv > 1)
+        omp_set_num_threads(icv);
+#else
+    (void)icv;
+#endif
+    blas_serial_end();
 }
 
 /* ---- how many threads --------------------------------------------------------- */
@@ -338,6 +361,15 @@ static void run_serial(int64_t ntasks, attn__task_fn *fn, void *ctx) {
     in_loop--;
 }
 
+int attn__one_thread_begin(int requested) {
+    return requested == 1 ? caller_serial_begin() : 0;
+}
+
+void attn__one_thread_end(int token) {
+    if (token)
+        caller_serial_end(token);
+}
+
 /* ---- late helpers -------------------------------------------------------------- */
 
 /*
@@ -431,11 +463,11 @@ static bool run_on_blas_server(job *j, int nthreads) {
     double       began[ATTN__MAX_THREADS];
     for (int i = 0; i < nthreads; ++i)
         share[i] = (server_share){j, i, began};
-    blas_serial_begin(nthreads);
+    blas_serial_begin();
     atomic_fetch_add_explicit(&server_posted, 1, memory_order_release);
     gotoblas_pthread(nthreads, (void *)server_share_run, share, (int)sizeof share[0]);
     (void)atomic_load_explicit(&server_done, memory_order_acquire);
-    blas_serial_end(nthreads);
+    blas_serial_end();
     helpers_note(t0, began, nthreads);
     return true;
 }
@@ -620,23 +652,14 @@ static void run_on_pool(job *j) {
     j->want = ensure_workers(j->want);
     pthread_mutex_unlock(&pool.lock);
 
-    blas_serial_begin(j->want + 1); /* before any task runs */
+    int icv = caller_serial_begin(); /* before any task runs */
     pthread_mutex_lock(&pool.lock);
     pool.cur = j;
     atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
 
-#if ATTN_HAVE_OPENMP
-    int icv = omp_get_max_threads(); /* the caller's; an OpenMP BLAS reads it per call */
-    if (icv > 1)
-        omp_set_num_threads(1);
-#endif
     run_tasks(j, 0);
-#if ATTN_HAVE_OPENMP
-    if (icv > 1)
-        omp_set_num_threads(icv);
-#endif
 
     /* wait only for workers that joined: briefly awake, then asleep */
     double until = now_ns() + ATTN__SPIN_NS;
@@ -648,7 +671,7 @@ static void run_on_pool(job *j) {
     while (atomic_load(&j->busy) > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
-    blas_serial_end(j->want + 1);
+    caller_serial_end(icv);
 }
 
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {

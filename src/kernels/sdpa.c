@@ -403,11 +403,13 @@ static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vi
         return;
     /* tasks (b, h, query block[, key chunk]), the costliest (last, under causal) first */
     fwd_loop loop = {&c, (p->Tq + p->bq - 1) / p->bq, work};
+    int one = attn__one_thread_begin(p->threads);
     attn__parallel_for(nt, ntasks, fwd_one, &loop);
     if (c.nsplit > 1) {
         int64_t nb = ntasks / c.nsplit;
         attn__parallel_for(nt < nb ? nt : (int)nb, nb, fwd_merge_one, &loop);
     }
+    attn__one_thread_end(one);
 }
 
 void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,

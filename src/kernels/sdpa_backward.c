@@ -242,6 +242,7 @@ static void backward_run(const attn__sdpa_plan *p, const attn_view *q, const att
     if (none || (dq_empty && dk_empty && dv_empty))
         return;
     bwd_sched s = schedule(&c);
+    int one = attn__one_thread_begin(p->threads);
     for (int pass = 0; pass < 2; ++pass) {
         int64_t n = s.ntasks[pass];
         if (n == 0)
@@ -251,6 +252,7 @@ static void backward_run(const attn__sdpa_plan *p, const attn_view *q, const att
         bwd_loop loop = {&c, &s, pass, work};
         attn__parallel_for(nt, n, bwd_one, &loop);
     }
+    attn__one_thread_end(one);
 }
 
 void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
