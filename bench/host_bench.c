@@ -20,7 +20,8 @@
  * It also measures "sdpa at T 256 in a fresh process right after a large
  * sgemm" against the T 1024 throughput of the same process (the BLAS's idle
  * workers are still awake then), each the work over the time of calls that
- * span 0.1 s (at least 5): the median of the processes' own shares.
+ * span 0.1 s (at least 5): the median of the processes' own shares, with
+ * its quartiles.
  *
  *   attn-host-bench [--reps N] [--runs R] [--T 64,256,1024] [--spin K]
  *                   [--fresh-runs F] [--json FILE] [--quick]
@@ -519,7 +520,7 @@ int main(int argc, char **argv) {
                    (long long)o.T[i], med[0][m][i], med[1][m][i], ratio[m][i], q1[m][i],
                    q3[m][i]);
         }
-    double f256[NENV], f1024[NENV], fshare[NENV];
+    double f256[NENV], f1024[NENV], fshare[NENV], fq1[NENV], fq3[NENV];
     for (int e = 0; e < NENV; ++e) {
         double a[MAX_RUNS], b[MAX_RUNS], c[MAX_RUNS];
         for (int r = 0; r < o.fresh_runs; ++r)
@@ -527,14 +528,17 @@ int main(int argc, char **argv) {
         f256[e] = median(a, o.fresh_runs);
         f1024[e] = median(b, o.fresh_runs);
         fshare[e] = median(c, o.fresh_runs); /* each process's T 256 against its own T 1024 */
+        fq1[e] = c[(o.fresh_runs - 1) / 4];  /* median() sorted c */
+        fq3[e] = c[o.fresh_runs - 1 - (o.fresh_runs - 1) / 4];
     }
     if (o.fresh_runs) {
         printf("fresh process, sdpa T 256 right after sgemm %d^3 (work over time of calls "
                "spanning >= %.1f s; median of %d processes):\n",
                FRESH_N, MIN_SPAN_S, o.fresh_runs);
         for (int e = 0; e < NENV; ++e)
-            printf("  %-8s T 256 %7.1f GFLOP/s, T 1024 %7.1f GFLOP/s; per process %5.1f%%\n",
-                   env_name[e], f256[e], f1024[e], 100 * fshare[e]);
+            printf("  %-8s T 256 %7.1f GFLOP/s, T 1024 %7.1f GFLOP/s; per process %5.1f%% "
+                   "(q1-q3 %.1f-%.1f%%)\n",
+                   env_name[e], f256[e], f1024[e], 100 * fshare[e], 100 * fq1[e], 100 * fq3[e]);
     }
     printf("worst attn call, default / best environment: %.2fx (target 1.10x); fresh T 256 / "
            "T 1024: %.0f%% (target 85%%)\n",
@@ -567,12 +571,15 @@ int main(int argc, char **argv) {
                 fprintf(f, "}");
                 first = 0;
             }
-        static const char *const fresh_key[6] = {"default_t256_gflops", "default_t1024_gflops",
-                                                 "tuned_t256_gflops",   "tuned_t1024_gflops",
-                                                 "default_share",       "tuned_share"};
-        double fresh_val[6] = {f256[0], f1024[0], f256[1], f1024[1], fshare[0], fshare[1]};
+        static const char *const fresh_key[10] = {
+            "default_t256_gflops", "default_t1024_gflops", "tuned_t256_gflops",
+            "tuned_t1024_gflops",  "default_share",        "tuned_share",
+            "default_share_q1",    "default_share_q3",     "tuned_share_q1",
+            "tuned_share_q3"};
+        double fresh_val[10] = {f256[0], f1024[0], f256[1], f1024[1], fshare[0],
+                                fshare[1], fq1[0],   fq3[0],   fq1[1],   fq3[1]};
         fprintf(f, "],\n \"fresh\": {");
-        for (int k = 0; k < 6; ++k) {
+        for (int k = 0; k < 10; ++k) {
             fprintf(f, "%s\"%s\": ", k ? ", " : "", fresh_key[k]);
             json_num(f, fresh_val[k], k < 4 ? 2 : 4);
         }

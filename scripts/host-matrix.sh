@@ -6,7 +6,7 @@
 # minutes at the defaults. The environment is passed on as it is.
 #
 #   sh scripts/host-matrix.sh [OUTDIR] [attn-host-bench options]
-#     (default OUTDIR bench-results/host, options --reps 21 --runs 9 --fresh-runs 9)
+#     (default OUTDIR bench-results/host, options --reps 21 --runs 9 --fresh-runs 15)
 #
 # Writes OUTDIR/{pthread,openmp}-{quiet,loaded}.{txt,json}; then
 #   /usr/bin/python3 scripts/host_table.py OUTDIR
@@ -15,7 +15,7 @@ set -e
 cd "$(dirname "$0")/.."
 out="${1:-bench-results/host}"
 [ $# -gt 0 ] && shift
-opts="${*:---reps 21 --runs 9 --fresh-runs 9}"
+opts="${*:---reps 21 --runs 9 --fresh-runs 15}"
 sh scripts/deps.sh # both OpenBLAS builds among them
 [ -d build-release/meson-private ] || meson setup build-release --buildtype=release
 meson compile -C build-release bench/attn-host-bench >/dev/null

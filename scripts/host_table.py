@@ -59,14 +59,19 @@ def main(outdir):
                     over += x > 1.1
             print(f"| {name} | {t} | " + " | ".join(cells) + " |")
     print()
+    print("| fresh process: T 256 / T 1024 | " + " | ".join(
+        f"{'OpenMP' if v == 'openmp' else v} {l}" for v, l in CONFIGS) + " |")
+    print("| --- |" + " ---: |" * len(CONFIGS))
     for env in ("default", "tuned"):
         vals = []
         for c in CONFIGS:
             f = runs[c].get("fresh") or {}
             a, b = f.get(f"{env}_t256_gflops"), f.get(f"{env}_t1024_gflops")
             share = f.get(f"{env}_share") or (a / b if a and b else None)
-            vals.append("not measured" if not share else f"{100 * share:.1f}%")
-        print(f"| fresh T 256 / T 1024, {env} | | " + " | ".join(vals) + " |")
+            q1, q3 = f.get(f"{env}_share_q1"), f.get(f"{env}_share_q3")
+            spread = f" ({100 * q1:.0f}-{100 * q3:.0f})" if q1 and q3 else ""
+            vals.append("not measured" if not share else f"{100 * share:.1f}%{spread}")
+        print(f"| {env} | " + " | ".join(vals) + " |")
     print(f"\n{n - over} of {n} attn cells within 1.1x; worst {worst:.2f}x")
     wrong = []
     for c in CONFIGS:
