@@ -9,7 +9,7 @@
 #     (default OUTDIR bench-results/host, options --reps 21 --runs 9 --fresh-runs 15)
 #
 # Writes OUTDIR/{pthread,openmp}-{quiet,loaded}.{txt,json}; then
-#   /usr/bin/python3 scripts/host_table.py OUTDIR
+#   /usr/bin/python3 scripts/host_table.py OUTDIR [OUTDIR...]   (several: their medians)
 # prints the markdown table.
 set -e
 cd "$(dirname "$0")/.."
