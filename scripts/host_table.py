@@ -62,7 +62,7 @@ def merged(rs):
 def fresh_share(run, env):
     f = run.get("fresh") or {}
     a, b = f.get(f"{env}_t256_gflops"), f.get(f"{env}_t1024_gflops")
-    return f.get(f"{env}_share") or (a / b if a and b else None), f
+    return f.get(f"{env}_share") or (a / b if a and b else None)
 
 
 def summary(run):
@@ -102,14 +102,14 @@ def main(outdirs):
     for env in ("default", "tuned"):
         vals = []
         for c in CONFIGS:
-            shares = [fresh_share(m[c], env)[0] for m in matrices]
+            shares = [fresh_share(m[c], env) for m in matrices]
             if any(x is None for x in shares):
                 vals.append("not measured")
             elif len(matrices) > 1:
                 each = " / ".join(f"{100 * x:.1f}" for x in shares)
                 vals.append(f"{100 * statistics.median(shares):.1f}% ({each})")
             else:
-                f = fresh_share(runs[c], env)[1]
+                f = runs[c].get("fresh") or {}
                 q1, q3 = f.get(f"{env}_share_q1"), f.get(f"{env}_share_q3")
                 spread = f" ({100 * q1:.0f}-{100 * q3:.0f})" if q1 and q3 else ""
                 vals.append(f"{100 * shares[0]:.1f}%{spread}")

@@ -610,18 +610,61 @@ START_TEST(th_fork_child) {
 }
 END_TEST
 
+/* ---- the BLAS, seen from the test ---------------------------------------------------- */
+
+/*
+ * OpenBLAS's own queries and libgomp's, looked up at run time (the test links only
+ * libattn, and other BLASes lack them). This executable's cblas_sgemm comes before
+ * OpenBLAS's for libattn's calls (ELF interposition): while armed, it records the most
+ * threads the BLAS could give any call, by OpenBLAS's own rules (pthread build: its
+ * process-wide count; OpenMP build: the caller's nthreads ICV outside a parallel region),
+ * then forwards to the real one.
+ */
+typedef void sgemm_fn(int, int, int, int, int, int, float, const float *, int, const float *,
+                      int, float, float *, int);
+static sgemm_fn   *real_sgemm;
+static int        (*blas_threads_of)(void);     /* openblas_get_num_threads */
+static int        (*blas_parallel_of)(void);    /* openblas_get_parallel */
+static int        (*omp_max_of)(void), (*omp_in_of)(void);
+static atomic_int  sgemm_armed, sgemm_calls, sgemm_most;
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_lookup(void) {
+    *(void **)&real_sgemm = dlsym(RTLD_NEXT, "cblas_sgemm");
+    *(void **)&blas_threads_of = dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
+    *(void **)&blas_parallel_of = dlsym(RTLD_DEFAULT, "openblas_get_parallel");
+    *(void **)&omp_max_of = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+    *(void **)&omp_in_of = dlsym(RTLD_DEFAULT, "omp_in_parallel");
+}
+
+static int blas_threads_now(void) {
+    if (blas_parallel_of && blas_parallel_of() == 2) /* OpenMP build */
+        return omp_in_of && omp_in_of() ? 1 : omp_max_of ? omp_max_of() : 1;
+    return blas_threads_of ? blas_threads_of() : 1;
+}
+
+void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    pthread_once(&blas_once, blas_lookup);
+    if (atomic_load(&sgemm_armed)) {
+        atomic_fetch_add(&sgemm_calls, 1);
+        int t = blas_threads_now(), most = atomic_load(&sgemm_most);
+        while (t > most && !atomic_compare_exchange_weak(&sgemm_most, &most, t)) {
+        }
+    }
+    real_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* With ATTN_TEST_BLAS=pthread or openmp (tests/meson.build's threads_openmp), the suite
    runs against that OpenBLAS build, not whichever the dynamic linker fell back to. */
 START_TEST(th_blas_build) {
     const char *want = getenv("ATTN_TEST_BLAS");
     if (!want)
         return;
-    /* OpenBLAS's own report of its threading (1 pthread, 2 OpenMP), looked up at run time:
-       the test links only libattn, and other BLASes lack it */
-    int (*get_parallel)(void);
-    *(void **)&get_parallel = dlsym(RTLD_DEFAULT, "openblas_get_parallel");
-    ck_assert_msg(get_parallel, "ATTN_TEST_BLAS=%s but the BLAS is not OpenBLAS", want);
-    int got = get_parallel(), expect = strcmp(want, "openmp") == 0 ? 2 : 1;
+    /* OpenBLAS's own report of its threading (1 pthread, 2 OpenMP) */
+    pthread_once(&blas_once, blas_lookup);
+    ck_assert_msg(blas_parallel_of, "ATTN_TEST_BLAS=%s but the BLAS is not OpenBLAS", want);
+    int got = blas_parallel_of(), expect = strcmp(want, "openmp") == 0 ? 2 : 1;
     ck_assert_msg(got == expect, "ATTN_TEST_BLAS=%s but openblas_get_parallel() is %d", want,
                   got);
 }
@@ -717,52 +760,11 @@ END_TEST
 
 /* ---- threads = 1: one thread, the BLAS's products included --------------------------- */
 
-/*
- * This executable's cblas_sgemm comes before OpenBLAS's for libattn's calls (ELF
- * interposition): while armed, it records the most threads the BLAS could give any call,
- * by OpenBLAS's own rules (pthread build: its process-wide count; OpenMP build: the
- * caller's nthreads ICV outside a parallel region), then forwards to the real one.
- */
-typedef void sgemm_fn(int, int, int, int, int, int, float, const float *, int, const float *,
-                      int, float, float *, int);
-static sgemm_fn   *real_sgemm;
-static int        (*blas_threads_of)(void);     /* openblas_get_num_threads */
-static int        (*blas_parallel_of)(void);    /* openblas_get_parallel */
-static int        (*omp_max_of)(void), (*omp_in_of)(void);
-static atomic_int  sgemm_armed, sgemm_calls, sgemm_most;
-static pthread_once_t sgemm_once = PTHREAD_ONCE_INIT;
-
-static void sgemm_lookup(void) {
-    *(void **)&real_sgemm = dlsym(RTLD_NEXT, "cblas_sgemm");
-    *(void **)&blas_threads_of = dlsym(RTLD_DEFAULT, "openblas_get_num_threads");
-    *(void **)&blas_parallel_of = dlsym(RTLD_DEFAULT, "openblas_get_parallel");
-    *(void **)&omp_max_of = dlsym(RTLD_DEFAULT, "omp_get_max_threads");
-    *(void **)&omp_in_of = dlsym(RTLD_DEFAULT, "omp_in_parallel");
-}
-
-static int blas_threads_now(void) {
-    if (blas_parallel_of && blas_parallel_of() == 2) /* OpenMP build */
-        return omp_in_of && omp_in_of() ? 1 : omp_max_of ? omp_max_of() : 1;
-    return blas_threads_of ? blas_threads_of() : 1;
-}
-
-void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc) {
-    pthread_once(&sgemm_once, sgemm_lookup);
-    if (atomic_load(&sgemm_armed)) {
-        atomic_fetch_add(&sgemm_calls, 1);
-        int t = blas_threads_now(), most = atomic_load(&sgemm_most);
-        while (t > most && !atomic_compare_exchange_weak(&sgemm_most, &most, t)) {
-        }
-    }
-    real_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
 /* attn_sdpa with opts.threads = 1 runs its 4 heads' products with the BLAS on one thread
    (it used to hand each to the BLAS's threads, which on a loaded machine start only at
    their core's next scheduler tick), and restores the BLAS's count afterwards. */
 START_TEST(th_one_thread_blas_too) {
-    pthread_once(&sgemm_once, sgemm_lookup);
+    pthread_once(&blas_once, blas_lookup);
     ck_assert_ptr_nonnull(real_sgemm);
     int before = blas_threads_now();
     if (before < 2)
@@ -772,13 +774,13 @@ START_TEST(th_one_thread_blas_too) {
     size_t n = (size_t)HH * TT * DD;
     float *q = malloc(4 * n * sizeof *q);
     ck_assert_ptr_nonnull(q);
-    for (size_t i = 0; i < 4 * n; ++i)
-        q[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     attn_view vq, vk, vv, vo;
     OK(attn_view_init(&vq, ATTN_F32, q, 4, sh));
     OK(attn_view_init(&vk, ATTN_F32, q + n, 4, sh));
     OK(attn_view_init(&vv, ATTN_F32, q + 2 * n, 4, sh));
     OK(attn_view_init(&vo, ATTN_F32, q + 3 * n, 4, sh));
+    uint64_t seed = 7919;
+    tu_fill(&vq, &seed, 1.0), tu_fill(&vk, &seed, 1.0), tu_fill(&vv, &seed, 1.0);
     attn_sdpa_opts o = {.threads = 1};
     size_t wn = attn_sdpa_workspace_size(&vq, &vk, &vv, &o);
     void *work = malloc(wn ? wn : 1);

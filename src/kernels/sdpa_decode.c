@@ -121,7 +121,7 @@ attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, con
     if (nt > p->threads)
         nt = p->threads;
     decode_ctx c = {p, q, k, v, out, lse, work};
-    int one = attn__one_thread_begin(p->threads);
+    int one = attn__one_thread_begin(p->threads); /* resolved: 1 when asked for 1 */
     attn__parallel_for(nt, ntasks, split_fn, &c);
     /* one split: every row is written already */
     if (p->nsplit > 1)
