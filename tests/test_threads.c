@@ -744,12 +744,19 @@ START_TEST(th_libgomp_sleeps_while_late) {
                   "(%.2f ms before)", parked, spin);
 
     /* prompt teams: once the hold ends libgomp spins as before (if its spin was
-       measurable here at all: ~9 ms on Zen 3, less on a CPU with a short pause) */
-    double again = 0;
-    for (int i = 0; i < 100 && spin > 2.0 && again < spin / 2; ++i) {
+       measurable here at all: ~9 ms on Zen 3, less on a CPU with a short pause).
+       A hold lasts 1 s, doubled (to at most 16 s) when a late member parks the team
+       again within 10 s of a release, as a debug build's slow first loops after the
+       pinning can: wait out two of the longest holds, not a fixed count of tries. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double again = 0, waited = 0;
+    while (spin > 2.0 && again < spin / 2 && waited < 40.0) {
         for (int k = 0; k < 5; ++k)
             ck_assert_int_eq(fork_sdpa(buf, out, work, wn), ATTN_OK);
         again = idle_cpu_ms(g, c);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
     ck_assert_msg(spin <= 2.0 || again >= spin / 2,
                   "libgomp's idle thread still sleeps at once (%.2f ms against %.2f ms)", again,
