@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Check suite: 8 threads run every public forward and backward at once, bit-identical to
- * serial. */
+ * serial; and the thread rule (src/core/threads.c) as a host program sees it. */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -550,8 +550,8 @@ static attn_status fork_sdpa(float *buf, float *out, void *work, size_t wn) {
     return attn_sdpa(&q, &k, &v, &opts, &o, work, wn);
 }
 
-/* One attn_gemm above ATTN__GEMM_SPLIT_MAX_FLOPS (2 * 680^3 = 6.3e8), which goes to the
-   BLAS's own threaded GEMM, on integers whose sums are exact in float. */
+/* One attn_gemm large enough for the BLAS's own threads (2 * 680^3 = 6.3e8 flops), on
+   integers whose sums are exact in float. */
 enum { FG = 680 };
 static attn_status fork_gemm(float *g, float *c) {
     attn_view A, B, C;
@@ -559,6 +559,15 @@ static attn_status fork_gemm(float *g, float *c) {
     attn_view_init(&B, ATTN_F32, g + FG * FG, 2, (int64_t[]){FG, FG});
     attn_view_init(&C, ATTN_F32, c, 2, (int64_t[]){FG, FG});
     return attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &A, &B, 0.0, &C, NULL, 0);
+}
+
+/* fork_gemm on buffers of its own: a product large enough for the BLAS's threads. */
+static attn_status fork_gemm_ok(void) {
+    float *g = calloc(3 * FG * FG, sizeof *g);
+    ck_assert_ptr_nonnull(g);
+    attn_status st = fork_gemm(g, g + 2 * FG * FG);
+    free(g);
+    return st;
 }
 
 /* A threaded call in the parent, then fork: the child's threaded call finishes with the
@@ -670,106 +679,169 @@ START_TEST(th_blas_build) {
 }
 END_TEST
 
-/* ---- libgomp's idle threads while the team is late ------------------------------------- */
+/* ---- the thread rule, seen from the host ---------------------------------------------- */
 
-/* This thread onto the CPUs of mine, every other thread of the process onto those of
-   others (threads created later inherit their creator's). */
-static void pin_threads(const cpu_set_t *mine, const cpu_set_t *others) {
+/* The threads of this process (/proc/self/task). */
+static int process_threads(void) {
     DIR *d = opendir("/proc/self/task");
     ck_assert_ptr_nonnull(d);
-    pid_t self = gettid();
+    int n = 0;
     for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.') {
-            pid_t tid = (pid_t)atoi(e->d_name);
-            sched_setaffinity(tid, sizeof(cpu_set_t), tid == self ? mine : others);
-        }
+        n += e->d_name[0] != '.';
     closedir(d);
+    return n;
 }
 
-static double cpu_ms(void) {
-    struct rusage r;
-    getrusage(RUSAGE_SELF, &r);
-    return 1e3 * (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
-           1e-3 * (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+/* One attn_sdpa (B 1, H 4, T 256, D 64, f32) with the given thread option; 0 on success. */
+typedef struct sdpa_case {
+    float *buf;
+    attn_view q, k, v, o;
+} sdpa_case;
+
+static void sdpa_case_init(sdpa_case *c) {
+    enum { TT = 256, DD = 64, HH = 4 };
+    const int64_t sh[4] = {1, HH, TT, DD};
+    size_t n = (size_t)HH * TT * DD;
+    c->buf = malloc(4 * n * sizeof *c->buf);
+    ck_assert_ptr_nonnull(c->buf);
+    OK(attn_view_init(&c->q, ATTN_F32, c->buf, 4, sh));
+    OK(attn_view_init(&c->k, ATTN_F32, c->buf + n, 4, sh));
+    OK(attn_view_init(&c->v, ATTN_F32, c->buf + 2 * n, 4, sh));
+    OK(attn_view_init(&c->o, ATTN_F32, c->buf + 3 * n, 4, sh));
+    uint64_t seed = 7919;
+    tu_fill(&c->q, &seed, 1.0), tu_fill(&c->k, &seed, 1.0), tu_fill(&c->v, &seed, 1.0);
 }
 
-/* The CPU time this process burns in 50 ms of sleep right after a product on the BLAS's
-   own threads (an OpenMP region): libgomp's idle team member, spinning. */
-static double idle_cpu_ms(float *g, float *c) {
-    ck_assert_int_eq(fork_gemm(g, c), ATTN_OK);
-    double t0 = cpu_ms();
-    nanosleep(&(struct timespec){0, 50000000}, NULL);
-    return cpu_ms() - t0;
+static attn_status sdpa_case_run(sdpa_case *c, attn_view *o, int threads) {
+    attn_sdpa_opts opts = {.threads = threads};
+    return attn_sdpa(&c->q, &c->k, &c->v, &opts, o, NULL, 0);
 }
 
-/* With the OpenMP OpenBLAS and neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, a team
-   member that starts attn's loop late (here: every thread on one CPU, so it runs only when
-   the caller's turn ends) makes libgomp's idle threads sleep at once instead of spinning
-   ~300000 pause loops (src/core/threads.c, "libgomp's idle threads"); when attn's hold
-   ends (a second or two here), libgomp spins as before. */
-START_TEST(th_libgomp_sleeps_while_late) {
-    const char *blas = getenv("ATTN_TEST_BLAS");
-    cpu_set_t all, one;
-    if (!blas || strcmp(blas, "openmp") != 0 || getenv("OMP_WAIT_POLICY") ||
-        getenv("GOMP_SPINCOUNT") || sched_getaffinity(0, sizeof all, &all) != 0 ||
-        CPU_COUNT(&all) < 2)
+/* With OMP_NUM_THREADS=1 (an MPI rank's setting; tests/meson.build's threads_omp1), attn
+   calls run on the calling thread and start no thread of their own: the process keeps
+   the one thread it has (the pthread OpenBLAS starts no worker for a count of 1). */
+START_TEST(th_omp1_no_threads) {
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (!omp || strcmp(omp, "1") != 0)
         return;
-    size_t n = 4 * 128 * 32, wn = (size_t)1 << 22;
-    float *buf = calloc(3 * n, sizeof *buf), *out = malloc(n * sizeof *out);
-    float *g = calloc(2 * FG * FG, sizeof *g), *c = malloc(FG * FG * sizeof *c);
-    void *work = malloc(wn);
-    ck_assert(buf && out && g && c && work);
-
-    double spin = idle_cpu_ms(g, c); /* libgomp's default wait, before any late team */
-
-    cpu_set_t other; /* one CPU, and another */
-    CPU_ZERO(&one);
-    CPU_ZERO(&other);
-    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && k < 2; ++cpu)
-        if (CPU_ISSET(cpu, &all))
-            CPU_SET(cpu, k++ ? &other : &one);
-    pin_threads(&one, &one);
-    /* each product leaves the team member spinning, and sdpa's loop finds it late */
-    for (int i = 0; i < 20; ++i) {
-        ck_assert_int_eq(fork_gemm(g, c), ATTN_OK);
-        ck_assert_int_eq(fork_sdpa(buf, out, work, wn), ATTN_OK);
+    sdpa_case c;
+    sdpa_case_init(&c);
+    int before = process_threads();
+    for (int i = 0; i < 3; ++i) {
+        OK(sdpa_case_run(&c, &c.o, 0));
+        OK(fork_gemm_ok());
     }
-    /* the helpers off this thread's CPU, as the scheduler would have them, then free */
-    pin_threads(&one, &other);
-    pin_threads(&all, &all);
-    nanosleep(&(struct timespec){0, 100000000}, NULL); /* the parker's team starts meanwhile */
-    double parked = idle_cpu_ms(g, c);
-    ck_assert_msg(parked < 1.0,
-                  "libgomp's idle thread used %.2f ms of CPU in 50 ms after a late team "
-                  "(%.2f ms before)", parked, spin);
+    ck_assert_int_eq(before, 1);
+    ck_assert_int_eq(process_threads(), 1);
+    free(c.buf);
+}
+END_TEST
 
-    /* prompt teams: once the hold ends libgomp spins as before (if its spin was
-       measurable here at all: ~9 ms on Zen 3, less on a CPU with a short pause).
-       A hold lasts 1 s, doubled (to at most 16 s) when a late member parks the team
-       again within 10 s of a release, as a debug build's slow first loops after the
-       pinning can: wait out two of the longest holds, not a fixed count of tries. */
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    double again = 0, waited = 0;
-    while (spin > 2.0 && again < spin / 2 && waited < 40.0) {
-        for (int k = 0; k < 5; ++k)
-            ck_assert_int_eq(fork_sdpa(buf, out, work, wn), ATTN_OK);
-        again = idle_cpu_ms(g, c);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        waited = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+/* attn's loops run on the BLAS's own threads: once a threaded product has started them,
+   attn calls add no thread to the process. */
+START_TEST(th_no_threads_of_its_own) {
+    sdpa_case c;
+    sdpa_case_init(&c);
+    OK(fork_gemm_ok()); /* the BLAS's threads, started */
+    OK(sdpa_case_run(&c, &c.o, 0));
+    int before = process_threads();
+    for (int i = 0; i < 3; ++i) {
+        OK(sdpa_case_run(&c, &c.o, 0));
+        OK(sdpa_case_run(&c, &c.o, 2));
+        OK(fork_gemm_ok());
     }
-    ck_assert_msg(spin <= 2.0 || again >= spin / 2,
-                  "libgomp's idle thread still sleeps at once (%.2f ms against %.2f ms)", again,
-                  spin);
-    free(buf), free(out), free(g), free(c), free(work);
+    ck_assert_int_eq(process_threads(), before);
+    free(c.buf);
+}
+END_TEST
+
+/* Inside the host's OpenMP parallel region every attn call runs on its calling thread:
+   each product single-threaded, the bits those of a serial call, the BLAS's count the
+   same afterwards. */
+START_TEST(th_inside_host_region) {
+#ifdef _OPENMP
+    pthread_once(&blas_once, blas_lookup);
+    sdpa_case c;
+    sdpa_case_init(&c);
+    size_t n = (size_t)attn_view_numel(&c.o);
+    float *ref = malloc(n * sizeof *ref), *out = malloc(4 * n * sizeof *out);
+    ck_assert(ref && out);
+    attn_view r = c.o;
+    r.data = ref;
+    OK(sdpa_case_run(&c, &r, 1));
+    int before = blas_threads_now();
+    atomic_store(&sgemm_calls, 0);
+    atomic_store(&sgemm_most, 0);
+    atomic_store(&sgemm_armed, 1);
+    int bad = 0;
+#pragma omp parallel for num_threads(2) reduction(+ : bad)
+    for (int i = 0; i < 4; ++i) {
+        attn_view o = c.o;
+        o.data = out + (size_t)i * n;
+        bad += sdpa_case_run(&c, &o, i % 2 ? 0 : 3) != ATTN_OK;
+    }
+    atomic_store(&sgemm_armed, 0);
+    ck_assert_int_eq(bad, 0);
+    ck_assert_msg(atomic_load(&sgemm_calls) > 0, "no cblas_sgemm call seen: not interposed?");
+    ck_assert_msg(atomic_load(&sgemm_most) == 1,
+                  "inside the host's region a product ran with %d BLAS threads",
+                  atomic_load(&sgemm_most));
+    for (int i = 0; i < 4; ++i)
+        ck_assert_msg(memcmp(out + (size_t)i * n, ref, n * sizeof *ref) == 0,
+                      "call %d inside the region differs from the serial call", i);
+    ck_assert_int_eq(blas_threads_now(), before);
+    free(ref), free(out), free(c.buf);
+#endif
+}
+END_TEST
+
+/* A second host thread reads OpenBLAS's thread count while this one runs threaded attn
+   calls: with the OpenMP build it never changes (attn uses only the calling thread's
+   own controls); with the pthread build it is the user's count again once attn is done
+   (docs/guide.md "Threads" says what it reads meanwhile). */
+static atomic_int sampler_stop, sampler_changed, sampler_samples;
+static int sampler_want;
+static void *sampler_main(void *arg) {
+    (void)arg;
+    while (!atomic_load(&sampler_stop)) {
+        if (blas_threads_of() != sampler_want)
+            atomic_fetch_add(&sampler_changed, 1);
+        atomic_fetch_add(&sampler_samples, 1);
+    }
+    return NULL;
+}
+
+START_TEST(th_count_seen_by_host) {
+    pthread_once(&blas_once, blas_lookup);
+    if (!blas_threads_of || !blas_parallel_of)
+        return;
+    sdpa_case c;
+    sdpa_case_init(&c);
+    sampler_want = blas_threads_of();
+    atomic_store(&sampler_stop, 0);
+    atomic_store(&sampler_changed, 0);
+    atomic_store(&sampler_samples, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, sampler_main, NULL), 0);
+    for (int i = 0; i < 20 || atomic_load(&sampler_samples) < 1000; ++i) {
+        OK(sdpa_case_run(&c, &c.o, i % 3));
+        ck_assert_int_lt(i, 100000);
+    }
+    atomic_store(&sampler_stop, 1);
+    pthread_join(t, NULL);
+    if (blas_parallel_of() == 2)
+        ck_assert_msg(atomic_load(&sampler_changed) == 0,
+                      "OpenMP OpenBLAS: another thread saw the count change %d times",
+                      atomic_load(&sampler_changed));
+    ck_assert_int_eq(blas_threads_of(), sampler_want);
+    free(c.buf);
 }
 END_TEST
 
 /* ---- threads = 1: one thread, the BLAS's products included --------------------------- */
 
-/* attn_sdpa with opts.threads = 1 runs its 4 heads' products with the BLAS on one thread
-   (it used to hand each to the BLAS's threads, which on a loaded machine start only at
-   their core's next scheduler tick), and restores the BLAS's count afterwards. */
+/* attn_sdpa with opts.threads = 1 runs its 4 heads' products with the BLAS on one thread,
+   and restores the BLAS's count afterwards. */
 START_TEST(th_one_thread_blas_too) {
     pthread_once(&blas_once, blas_lookup);
     ck_assert_ptr_nonnull(real_sgemm);
@@ -812,11 +884,14 @@ int main(void) {
     TCase *tc = tcase_create("concurrency");
     tcase_add_unchecked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, th_omp1_no_threads);
     tcase_add_test(tc, th_serial_repeatable);
     tcase_add_test(tc, th_eight_threads_bit_identical);
     tcase_add_test(tc, th_fork_child);
     tcase_add_test(tc, th_blas_build);
-    tcase_add_test(tc, th_libgomp_sleeps_while_late);
+    tcase_add_test(tc, th_no_threads_of_its_own);
+    tcase_add_test(tc, th_inside_host_region);
+    tcase_add_test(tc, th_count_seen_by_host);
     tcase_add_test(tc, th_one_thread_blas_too);
     suite_add_tcase(s, tc);
     return tu_run(s);

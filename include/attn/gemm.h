@@ -30,13 +30,9 @@ typedef enum attn_trans { ATTN_NO_TRANS = 0, ATTN_TRANS = 1 } attn_trans;
  * When B is shared across the batch and the batch dims of A and C fold into
  * rows, the whole batch becomes one large GEMM.
  *
- * Threads: with an OpenBLAS whose threads attn can steer (its pthread or
- * OpenMP build), a product of at most 6e8 flops (2 M N K) made outside an
- * attn loop runs as blocks of C's columns, each a single-threaded BLAS call,
- * on the threads attn's own loops use, at most as many as the BLAS would use
- * (docs/guide.md "Threads"); every element is still one BLAS dot product over
- * the whole K. Larger products, and every product with another BLAS, are one
- * call on the BLAS's own threads.
+ * Threads: one BLAS call per product (per batch entry when the batch does
+ * not fold), threaded as the BLAS decides; single-threaded when called from
+ * inside an active OpenMP parallel region (docs/guide.md "Threads").
  *
  * Workspace: attn_gemm_workspace_size() bytes (0 when nothing needs
  * packing); work == NULL && work_size == 0 allocates internally. A caller

@@ -227,47 +227,20 @@ typedef struct rm_gemm {
     double                 alpha, beta;
     const void            *a, *b;
     void                  *c;
-    int                    width; /* columns of C per task when split */
 } rm_gemm;
 
-/* Columns [j0, j0 + nc) of C: the same product on op(B)'s matching columns. */
-static void rm_call(const rm_gemm *g, int j0, int nc) {
-    size_t boff = g->tb == CblasNoTrans ? (size_t)j0 : (size_t)j0 * (size_t)g->ldb;
-    attn__blas_serial_guard();
+/* The product as one BLAS call, single-threaded where the thread rule says so. */
+static void rm_run(const rm_gemm *g) {
+    int tok = attn__blas_begin();
     if (g->es == 4)
-        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->m, nc, g->k, (float)g->alpha,
-                    (const float *)g->a, g->lda, (const float *)g->b + boff, g->ldb,
-                    (float)g->beta, (float *)g->c + j0, g->ldc);
+        cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->m, g->n, g->k, (float)g->alpha,
+                    (const float *)g->a, g->lda, (const float *)g->b, g->ldb,
+                    (float)g->beta, (float *)g->c, g->ldc);
     else
-        cblas_dgemm(CblasRowMajor, g->ta, g->tb, g->m, nc, g->k, g->alpha, (const double *)g->a,
-                    g->lda, (const double *)g->b + boff, g->ldb, g->beta,
-                    (double *)g->c + j0, g->ldc);
-}
-
-static void rm_task(void *ctx, int64_t t, int tid) {
-    (void)tid;
-    const rm_gemm *g = ctx;
-    int j0 = (int)t * g->width;
-    rm_call(g, j0, g->n - j0 < g->width ? g->n - j0 : g->width);
-}
-
-/*
- * A product small enough that one late thread decides its time runs as
- * column blocks, each a serial BLAS call, on attn's loop (docs/design.md
- * "Small products as column blocks"); anything else is one BLAS call.
- */
-static void rm_run(rm_gemm *g) {
-    double flops = 2.0 * g->m * g->n * g->k;
-    int nt = attn__gemm_threads(flops, g->n / ATTN__GEMM_MIN_WIDTH);
-    if (nt > 1) {
-        /* about four blocks per thread, a multiple of 16 columns wide */
-        int w = (g->n + 4 * nt - 1) / (4 * nt);
-        w = (w + 15) / 16 * 16;
-        g->width = w < ATTN__GEMM_MIN_WIDTH ? ATTN__GEMM_MIN_WIDTH : w;
-        attn__parallel_for(nt, (g->n + g->width - 1) / g->width, rm_task, g);
-        return;
-    }
-    rm_call(g, 0, g->n);
+        cblas_dgemm(CblasRowMajor, g->ta, g->tb, g->m, g->n, g->k, g->alpha,
+                    (const double *)g->a, g->lda, (const double *)g->b, g->ldb, g->beta,
+                    (double *)g->c, g->ldc);
+    attn__blas_end(tok);
 }
 
 /* One C := alpha op(A) op(B) + beta C on raw pointers, in row-major CBLAS terms. */

@@ -11,6 +11,13 @@
 #include "attn/attn.h"
 
 #define ATTN_HIDDEN __attribute__((visibility("hidden")))
+/*
+ * The few internals libattn_mpi calls (the sdpa plan and its trusted runs): exported
+ * from libattn.so, listed by name in src/attn.map, so that ring attention uses the
+ * one copy of attn's internals in the process. Not API: libattn_mpi is built with
+ * the libattn of the same release and needs exactly that one.
+ */
+#define ATTN_FOR_MPI __attribute__((visibility("default")))
 
 /* Propagate a non-OK status. */
 #define ATTN_TRY(expr)                     \
@@ -124,55 +131,37 @@ ATTN_HIDDEN void attn__gemm_run(attn_trans ta, attn_trans tb, double alpha,
 ATTN_HIDDEN size_t attn__gemm_pack_size(const attn_view *x, attn_trans t);
 
 /* dst := src for valid views of one dtype and shape that do not overlap. */
-ATTN_HIDDEN void attn__view_copy_run(const attn_view *src, attn_view *dst);
+ATTN_FOR_MPI void attn__view_copy_run(const attn_view *src, attn_view *dst);
 
 /*
- * Threads and the BLAS (src/core/threads.c; docs/design.md "Threads and the BLAS").
- * attn's own parallel loops run attn__threads(requested, tasks, flops)
- * threads: `requested` if > 0, else OpenMP's default team size (the cores
- * without OpenMP), or 1 when the call is automatic and smaller than
- * ATTN__PARALLEL_MIN_FLOPS, or when the caller is inside an active OpenMP
- * region; never more than `tasks` or ATTN__MAX_THREADS.
- * attn__parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for
- * every task in [0, ntasks), claimed one at a time in increasing order, on the
- * caller's thread (tid 0) and up to nthreads - 1 other threads (tids 1..): the
- * BLAS's own (pthread OpenBLAS's server, OpenMP OpenBLAS's libgomp team) when
- * it lends them, else attn's pool workers; tid < nthreads always, so
- * per-thread scratch can be indexed by it. It
- * keeps every BLAS call inside the loop single-threaded (no-op for one thread)
- * and returns when every task is done. Idle workers sleep after
- * ATTN__SPIN_NS.
+ * Threads (src/core/threads.c states the rule; docs/guide.md "Threads").
+ * attn__threads(requested, tasks, flops): a loop's thread count: `requested` if > 0,
+ * else 1 below ATTN__PARALLEL_MIN_FLOPS, else the BLAS's own count; 1 inside an
+ * active OpenMP region; never more than `tasks` or ATTN__MAX_THREADS.
+ * attn__parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for every
+ * task in [0, ntasks), claimed one at a time in increasing order, on the calling
+ * thread (tid 0) and up to nthreads - 1 of the BLAS's threads (tids 1..), every BLAS
+ * call in it single-threaded; tid < nthreads always, so per-thread scratch can be
+ * indexed by it. Returns when every task is done.
  */
 #define ATTN__PARALLEL_MIN_FLOPS 4e6
 #define ATTN__MAX_THREADS        256
-#define ATTN__SPIN_NS            50e3
 typedef void attn__task_fn(void *ctx, int64_t task, int tid);
 ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 /*
- * A kernel whose caller asked for `requested` threads brackets its loops with
- * token = attn__one_thread_begin(requested) ... attn__one_thread_end(token):
- * with requested == 1 its BLAS calls run on the calling thread too (else each
- * product goes to the BLAS's threads, which on a loaded machine start only at
- * their core's next scheduler tick); any other count is a no-op.
+ * A kernel brackets its work with token = attn__one_thread_begin(requested) ...
+ * attn__one_thread_end(token): with requested == 1, or inside an active OpenMP
+ * region, every BLAS call in between runs single-threaded on the calling thread.
  */
 ATTN_HIDDEN int  attn__one_thread_begin(int requested);
 ATTN_HIDDEN void attn__one_thread_end(int token);
-/* Before every BLAS call: keeps it serial on a thread serving attn__parallel_for. */
-ATTN_HIDDEN void attn__blas_serial_guard(void);
-/*
- * attn__gemm_threads(flops, blocks): the threads attn_gemm splits one
- * product's columns over (blocks of at least ATTN__GEMM_MIN_WIDTH columns, at
- * most `blocks` of them), or 1 to hand the product to the BLAS whole: products
- * of at most ATTN__GEMM_SPLIT_MAX_FLOPS outside an attn loop, with an OpenBLAS
- * whose threads attn can steer, on no more threads than that BLAS would use.
- */
-#define ATTN__GEMM_SPLIT_MAX_FLOPS 6e8
-#define ATTN__GEMM_MIN_WIDTH       64
-ATTN_HIDDEN int attn__gemm_threads(double flops, int64_t blocks);
+/* Around every BLAS call (src/core/gemm.c): single-threaded where the rule says so. */
+ATTN_HIDDEN int  attn__blas_begin(void);
+ATTN_HIDDEN void attn__blas_end(int token);
 
 /*
- * Vectorized exponentials (src/vexp.c): x[i] := exp(x[i] - m) for i < n,
+ * Vectorized exponentials (src/kernels/vexp.c): x[i] := exp(x[i] - m) for i < n,
  * returning the sum of the new x[i]. exp(-inf) is exactly 0, NaN stays NaN.
  * The f32 one is a polynomial with a run-time chosen AVX2/AVX-512 clone
  * (max relative error about 1e-7); the f64 one uses libm's exp. attn__vmax_*

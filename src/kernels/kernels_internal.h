@@ -15,7 +15,7 @@
  */
 
 /* y = x + b (b broadcast to x; y may be exactly x or b). */
-ATTN_HIDDEN void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y);
+ATTN_FOR_MPI void attn__add_run(const attn_view *x, const attn_view *b, attn_view *y);
 /* dx += dy (dx may be NULL); db += dy summed over its broadcast axes (NULL: skipped). */
 ATTN_HIDDEN void attn__add_backward_run(const attn_view *dy, attn_view *dx, attn_view *db);
 /*

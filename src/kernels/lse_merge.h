@@ -21,9 +21,9 @@
  * of split-KV decode (src/tmpl/sdpa_decode.h) and ring attention
  * (src/tmpl/ring.h); the row's lse at the end is rm + log(rl).
  */
-ATTN_HIDDEN void attn__softmax_merge_row_f32(float *o, int64_t so, double *rm, double *rl,
+ATTN_FOR_MPI void attn__softmax_merge_row_f32(float *o, int64_t so, double *rm, double *rl,
                                              const float *p, double m, double l, int64_t Dv);
-ATTN_HIDDEN void attn__softmax_merge_row_f64(double *o, int64_t so, double *rm, double *rl,
+ATTN_FOR_MPI void attn__softmax_merge_row_f64(double *o, int64_t so, double *rm, double *rl,
                                              const double *p, double m, double l, int64_t Dv);
 
 #endif

@@ -61,7 +61,7 @@ typedef struct attn__sdpa_plan {
  * forward), which selects MATERIALIZED under AUTO and is EUNSUPPORTED with
  * TILED.
  */
-ATTN_HIDDEN attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k,
+ATTN_FOR_MPI attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k,
                                              const attn_view *v, const attn_sdpa_opts *opts,
                                              bool want_weights, attn__sdpa_plan *p);
 
@@ -128,7 +128,7 @@ ATTN_HIDDEN attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, 
  * workspace (ERANGE when it does not fit a size_t), attn__sdpa_run computes
  * out (and weights, lse when not NULL; weights only with a materialized plan).
  */
-ATTN_HIDDEN attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q,
+ATTN_FOR_MPI attn_status attn__sdpa_need(const attn__sdpa_plan *p, const attn_view *q,
                                         const attn_view *k, const attn_view *v, size_t *bytes);
 ATTN_HIDDEN void attn__sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_view *k,
                                 const attn_view *v, attn_view *out, attn_view *weights,
@@ -152,7 +152,7 @@ ATTN_HIDDEN attn_status attn__sdpa_backward_check(const attn__sdpa_plan *p, cons
                                                   const attn_view *out, const attn_view *lse,
                                                   const attn_view *dout, const attn_view *dq,
                                                   const attn_view *dk, const attn_view *dv);
-ATTN_HIDDEN attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *q,
+ATTN_FOR_MPI attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *q,
                                                  const attn_view *k, const attn_view *v,
                                                  size_t *bytes);
 ATTN_HIDDEN void attn__sdpa_backward_run(const attn__sdpa_plan *p, const attn_view *q,
@@ -186,7 +186,7 @@ typedef struct attn__rows_f64 {
  * max, -inf for a row with no key) and l (sum exp(s - m)), so that partial results
  * merge exactly at any logit magnitude (ring attention). out as attn__sdpa_run.
  */
-ATTN_HIDDEN void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q,
+ATTN_FOR_MPI void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q,
                                    const attn_view *k, const attn_view *v, attn_view *out,
                                    attn__rows_f64 m, attn__rows_f64 l, void *work,
                                    size_t work_size);
@@ -197,7 +197,7 @@ ATTN_HIDDEN void attn__sdpa_run_ml(const attn__sdpa_plan *p, const attn_view *q,
  * of attn__sdpa_backward_need suffices. Ring attention adds the blocks' sums, then
  * passes kappa = log(sum) to attn__sdpa_backward_run_kappa.
  */
-ATTN_HIDDEN void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q,
+ATTN_FOR_MPI void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q,
                                      const attn_view *k, const attn_view *v, const attn_view *lse,
                                      attn__rows_f64 sums, void *work, size_t work_size);
 
@@ -206,7 +206,7 @@ ATTN_HIDDEN void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *
  * instead of computed from this call's keys alone (ring attention: a row's keys lie
  * on every rank).
  */
-ATTN_HIDDEN void attn__sdpa_backward_run_kappa(const attn__sdpa_plan *p, const attn_view *q,
+ATTN_FOR_MPI void attn__sdpa_backward_run_kappa(const attn__sdpa_plan *p, const attn_view *q,
                                                const attn_view *k, const attn_view *v,
                                                const attn_view *out, const attn_view *lse,
                                                const attn_view *dout, attn_view *dq,
