@@ -838,6 +838,106 @@ START_TEST(th_count_seen_by_host) {
 }
 END_TEST
 
+/* ---- the same bits for every thread count -------------------------------------------- */
+
+/* v := a fresh view of the given shape over calloc'd memory, filled from seed when asked. */
+static attn_view bits_view(attn_dtype dt, int nd, const int64_t *sh, uint64_t *seed) {
+    attn_view v;
+    int64_t n = 1;
+    for (int i = 0; i < nd; ++i)
+        n *= sh[i];
+    void *p = calloc((size_t)n + 1, attn_dtype_size(dt));
+    ck_assert_ptr_nonnull(p);
+    OK(attn_view_init(&v, dt, p, nd, sh));
+    if (seed)
+        tu_fill(&v, seed, 1.0);
+    return v;
+}
+
+static void bits_same(const attn_view *a, const attn_view *b, const char *what, int threads) {
+    size_t n = (size_t)tu_numel(a) * attn_dtype_size(a->dtype);
+    ck_assert_msg(memcmp(a->data, b->data, n) == 0, "%s: threads %d differs from threads 1",
+                  what, threads);
+}
+
+/* sdpa (tiled with a key split and materialized, causal or not, with lse), decode and the
+   encoder block give the same bits for threads 1, 2, 3 and 0 (run under both OpenBLAS
+   builds: threads and threads_openmp). */
+START_TEST(th_bits_every_thread_count) {
+    static const int counts[] = {1, 2, 3, 0};
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        uint64_t seed = 11;
+        /* one (b, h) row block and 512 keys: the tiled path splits keys across threads */
+        int64_t qs[4] = {1, 2, 64, 32}, ks[4] = {1, 1, 512, 32}, ls[3] = {1, 2, 64};
+        attn_view q = bits_view(dt, 4, qs, &seed), k = bits_view(dt, 4, ks, &seed);
+        attn_view v = bits_view(dt, 4, ks, &seed);
+        for (int algo = 1; algo <= 2; ++algo)
+            for (int causal = 0; causal < 2; ++causal) {
+                attn_view o[4], l[4];
+                for (int c = 0; c < 4; ++c) {
+                    o[c] = bits_view(dt, 4, qs, NULL), l[c] = bits_view(dt, 3, ls, NULL);
+                    attn_sdpa_opts opts = {.algo = (attn_algo)algo, .threads = counts[c],
+                                           .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : 0,
+                                           .lse = &l[c]};
+                    OK(attn_sdpa(&q, &k, &v, &opts, &o[c], NULL, 0));
+                    if (c > 0) {
+                        bits_same(&o[c], &o[0], "sdpa out", counts[c]);
+                        bits_same(&l[c], &l[0], "sdpa lse", counts[c]);
+                    }
+                }
+                for (int c = 0; c < 4; ++c)
+                    free(o[c].data), free(l[c].data);
+            }
+        /* decode: 4 query rows against 3000 cached keys of one (b, kv head) */
+        int64_t dq[4] = {1, 2, 4, 32}, dk[4] = {1, 1, 3000, 32}, len[1] = {2900};
+        attn_view cq = bits_view(dt, 4, dq, &seed), ck = bits_view(dt, 4, dk, &seed);
+        attn_view cv = bits_view(dt, 4, dk, &seed), co[4];
+        for (int c = 0; c < 4; ++c) {
+            co[c] = bits_view(dt, 4, dq, NULL);
+            attn_step_opts so = {.threads = counts[c]};
+            OK(attn_sdpa_decode(&cq, &ck, &cv, len, true, &so, &co[c], NULL, NULL, 0));
+            if (c > 0)
+                bits_same(&co[c], &co[0], "decode", counts[c]);
+        }
+        for (int c = 0; c < 4; ++c)
+            free(co[c].data);
+        free(cq.data), free(ck.data), free(cv.data);
+        /* the encoder block, pre-norm, causal */
+        attn_encoder_config cfg = {
+            .mha = {.dtype = dt, .d_model = 64, .heads = 4, .bias = true},
+            .ffn = {.dtype = dt, .d_model = 64, .d_ff = 128, .act = ATTN_ACT_GELU_ERF,
+                    .bias = true},
+            .norm = ATTN_PRE_NORM, .ln_affine = true};
+        OK(attn_encoder_config_resolve(&cfg, &cfg));
+        size_t pb = attn_encoder_params_size(&cfg);
+        void *slab = aligned_alloc(64, (pb + 63) / 64 * 64);
+        ck_assert_ptr_nonnull(slab);
+        attn_encoder_params prm;
+        OK(attn_encoder_params_bind(&prm, &cfg, slab, pb));
+        attn_view *pv[] = {&prm.ln1_g,  &prm.ln1_b,  &prm.mha.wq, &prm.mha.wk, &prm.mha.wv,
+                           &prm.mha.wo,  &prm.mha.bq, &prm.mha.bk, &prm.mha.bv, &prm.mha.bo,
+                           &prm.ln2_g,  &prm.ln2_b,  &prm.ffn.w1, &prm.ffn.b1, &prm.ffn.w2,
+                           &prm.ffn.b2};
+        for (size_t i = 0; i < sizeof pv / sizeof pv[0]; ++i)
+            tu_fill(pv[i], &seed, 0.1);
+        int64_t xs[3] = {2, 200, 64};
+        attn_view x = bits_view(dt, 3, xs, &seed), y[4];
+        for (int c = 0; c < 4; ++c) {
+            y[c] = bits_view(dt, 3, xs, NULL);
+            attn_sdpa_opts opts = {.threads = counts[c], .causal = ATTN_CAUSAL_TOP_LEFT};
+            OK(attn_encoder_forward(&cfg, &prm, &x, &opts, &y[c], NULL, NULL, 0));
+            if (c > 0)
+                bits_same(&y[c], &y[0], "encoder", counts[c]);
+        }
+        for (int c = 0; c < 4; ++c)
+            free(y[c].data);
+        free(x.data), free(slab);
+        free(q.data), free(k.data), free(v.data);
+    }
+}
+END_TEST
+
 /* ---- threads = 1: one thread, the BLAS's products included --------------------------- */
 
 /* attn_sdpa with opts.threads = 1 runs its 4 heads' products with the BLAS on one thread,
@@ -893,6 +993,7 @@ int main(void) {
     tcase_add_test(tc, th_inside_host_region);
     tcase_add_test(tc, th_count_seen_by_host);
     tcase_add_test(tc, th_one_thread_blas_too);
+    tcase_add_test(tc, th_bits_every_thread_count);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

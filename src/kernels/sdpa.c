@@ -263,20 +263,18 @@ attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
 }
 
 /*
- * Key split (small B*H, docs/design.md "sdpa tiling"): with fewer than 4 tasks per
- * thread, each (b, h, query block) is cut into nsplit key chunks (at least 64 keys
- * each, a multiple of 16) merged through their lse, so that every thread works.
+ * Key split (small B*H, docs/design.md "sdpa tiling"): with fewer than
+ * ATTN__SPLIT_TASKS tasks, each (b, h, query block) is cut into nsplit key chunks (at
+ * least 64 keys each, a multiple of 16) merged through their lse, so that every
+ * thread works. By shape alone: the bits do not depend on the thread count.
  */
 static void fwd_split(fwd_ctx *c, int64_t n) {
     const attn__sdpa_plan *p = c->p;
     c->nsplit = 1;
     c->chunk = p->Tk;
-    if (!p->tiled || n == 0 || p->Tk < 128 || p->Dv == 0)
+    if (!p->tiled || n == 0 || p->Tk < 128 || p->Dv == 0 || n >= ATTN__SPLIT_TASKS)
         return;
-    int full = attn__threads(p->threads, INT64_MAX, attn__sdpa_flops(p));
-    if (full < 2 || n >= 4 * (int64_t)full)
-        return;
-    int64_t want = (4 * (int64_t)full + n - 1) / n, most = p->Tk / 64;
+    int64_t want = (ATTN__SPLIT_TASKS + n - 1) / n, most = p->Tk / 64;
     int64_t ns = want < most ? want : most;
     if (ns < 2)
         return;
@@ -317,7 +315,7 @@ static attn_status fwd_layout(fwd_ctx *c, int64_t *ntasks, int *nthreads, size_t
     if (!attn__mul_i64(p->B, p->H, &n) || !attn__mul_i64(n, nqb, &n))
         return ATTN_ERANGE;
     fwd_split(c, n);
-    int64_t nall = n * c->nsplit; /* n < 4 * threads when split: no overflow */
+    int64_t nall = n * c->nsplit; /* n < ATTN__SPLIT_TASKS when split: no overflow */
     *ntasks = nall;
     *nthreads = attn__threads(p->threads, nall, attn__sdpa_flops(p));
     if (n == 0) {

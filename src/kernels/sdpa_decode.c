@@ -51,8 +51,8 @@ attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
         return ATTN_ERANGE;
     if (p->split > 0)
         p->nsplit = p->Tmax / p->split + (p->Tmax % p->split != 0);
-    else /* enough (b, kv head, split) tasks for every thread, twice over for balance */
-        p->nsplit = bh >= p->threads ? 1 : (2 * p->threads + bh - 1) / (bh > 0 ? bh : 1);
+    else /* about ATTN__SPLIT_TASKS (b, kv head, split) tasks, by shape alone */
+        p->nsplit = bh >= ATTN__SPLIT_TASKS ? 1 : (ATTN__SPLIT_TASKS + bh - 1) / (bh > 0 ? bh : 1);
     if (p->nsplit < 1)
         p->nsplit = 1;
     /* per thread: q rows (R, D), scores (R, BLK), acc (R, D), m and l (R) */
