@@ -136,13 +136,14 @@ ATTN_FOR_MPI void attn__view_copy_run(const attn_view *src, attn_view *dst);
 /*
  * Threads (src/core/threads.c states the rule; docs/guide.md "Threads").
  * attn__threads(requested, tasks, flops): a loop's thread count: `requested` if > 0,
- * else 1 below ATTN__PARALLEL_MIN_FLOPS, else the BLAS's own count; 1 inside an
- * active OpenMP region; never more than `tasks` or ATTN__MAX_THREADS.
+ * else 1 below ATTN__PARALLEL_MIN_FLOPS, else the BLAS's own count; never more than
+ * `tasks` or ATTN__MAX_THREADS. It sizes per-thread scratch: a loop may run on fewer.
  * attn__parallel_for(nthreads, ntasks, fn, ctx) runs fn(ctx, task, tid) for every
  * task in [0, ntasks), claimed one at a time in increasing order, on the calling
  * thread (tid 0) and up to nthreads - 1 of the BLAS's threads (tids 1..), every BLAS
- * call in it single-threaded; tid < nthreads always, so per-thread scratch can be
- * indexed by it. Returns when every task is done.
+ * call in it single-threaded (on the calling thread alone inside an OpenMP region or
+ * while another thread's attn call is in flight); tid < nthreads always, so
+ * per-thread scratch can be indexed by it. Returns when every task is done.
  */
 #define ATTN__PARALLEL_MIN_FLOPS 4e6
 #define ATTN__MAX_THREADS        256
@@ -158,8 +159,9 @@ ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 /*
  * A kernel brackets its work with token = attn__one_thread_begin(requested) ...
- * attn__one_thread_end(token): with requested == 1, or inside an active OpenMP
- * region, every BLAS call in between runs single-threaded on the calling thread.
+ * attn__one_thread_end(token): it counts as an attn call in flight, and with
+ * requested == 1, or inside an active OpenMP region, every BLAS call in between runs
+ * single-threaded on the calling thread.
  */
 ATTN_HIDDEN int  attn__one_thread_begin(int requested);
 ATTN_HIDDEN void attn__one_thread_end(int token);

@@ -15,14 +15,14 @@
  * The rule (docs/guide.md "Threads" says it for users; docs/design.md "Threads" why):
  * 1. A loop's thread count n: opts.threads when > 0; automatic (0): 1 for a call below
  *    ATTN__PARALLEL_MIN_FLOPS, else the BLAS's own count (openblas_get_num_threads() with
- *    pthread OpenBLAS, else omp_get_max_threads()). Never more than the loop's tasks; 1
- *    inside an active OpenMP parallel region, whatever was asked.
+ *    pthread OpenBLAS, else omp_get_max_threads()). Never more than the loop's tasks.
  * 2. n > 1: the loop runs on the threads the loaded BLAS already has: pthread OpenBLAS's
  *    server workers (its exported gotoblas_pthread), else an OpenMP team (libgomp's
  *    threads: the OpenMP OpenBLAS's own). The calling thread takes tasks too. Every BLAS
  *    call inside the loop is single-threaded. Where neither exists, n is 1.
- * 3. The BLAS's threads serve one attn loop at a time: a loop that starts while another
- *    thread's attn loop has them runs on its own calling thread.
+ * 3. The loop runs on its calling thread alone instead when that thread is inside an
+ *    active OpenMP region, or while another thread's attn call is in flight (the BLAS's
+ *    threads serve one attn call at a time).
  * 4. A call with threads = 1, or made inside an active OpenMP region, runs wholly on its
  *    calling thread, its BLAS calls single-threaded too.
  * 5. Any other product outside a loop (projections, FFN, attn_gemm) is one BLAS call,
@@ -121,16 +121,24 @@ static void serial_end(void) {
 #endif
 }
 
+/* attn calls in flight in the process, and on this thread (nested brackets) */
+static atomic_int calls_in_flight;
+static _Thread_local int call_depth;
+
 int attn__one_thread_begin(int requested) {
+    if (call_depth++ == 0)
+        atomic_fetch_add_explicit(&calls_in_flight, 1, memory_order_relaxed);
     if (requested != 1 && !in_omp_region())
-        return 0;
+        return 1;
     serial_begin();
-    return 1;
+    return 2;
 }
 
 void attn__one_thread_end(int token) {
-    if (token)
+    if (token == 2)
         serial_end();
+    if (--call_depth == 0)
+        atomic_fetch_sub_explicit(&calls_in_flight, 1, memory_order_relaxed);
 }
 
 static _Thread_local bool on_server; /* this thread runs attn tasks for OpenBLAS's server */
@@ -154,13 +162,14 @@ int attn__blas_begin(void) {
     return 1;
 }
 
-void attn__blas_end(int token) { attn__one_thread_end(token); }
+void attn__blas_end(int token) {
+    if (token)
+        serial_end();
+}
 
 /* ---- how many threads ------------------------------------------------------------ */
 
 int attn__threads(int requested, int64_t tasks, double flops) {
-    if (in_omp_region())
-        return 1;
     int n = requested;
     if (n == 0) {
         if (flops < ATTN__PARALLEL_MIN_FLOPS)
@@ -276,20 +285,31 @@ static bool run_in_team(job *j, int n) { (void)j, (void)n; return false; }
 
 static atomic_bool loop_busy; /* the BLAS's threads are running an attn loop */
 
+/* May this loop have the BLAS's threads? Not inside the caller's OpenMP region, not
+   while another thread's attn call is in flight, and not while another loop has them. */
+static bool take_threads(void) {
+    if (in_omp_region())
+        return false;
+    if (atomic_load_explicit(&calls_in_flight, memory_order_relaxed) > (call_depth > 0))
+        return false;
+    return !atomic_exchange_explicit(&loop_busy, true, memory_order_acquire);
+}
+
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
     job j = {.fn = fn, .ctx = ctx, .n = ntasks};
     atomic_init(&j.next, 0);
     if (nthreads > ntasks)
         nthreads = (int)ntasks;
-    bool mine = false;
-    if (nthreads > 1 && !atomic_exchange_explicit(&loop_busy, true, memory_order_acquire)) {
-        mine = true;
-        serial_begin(); /* before any task runs: every BLAS call in the loop is serial */
+    if (nthreads <= 1) {
+        run_tasks(&j, 0);
+        return;
+    }
+    serial_begin(); /* before any task runs: every BLAS call in the loop is serial */
+    if (take_threads()) {
         if (!run_on_server(&j, nthreads))
             (void)run_in_team(&j, nthreads);
-        serial_end();
         atomic_store_explicit(&loop_busy, false, memory_order_release);
     }
-    if (!mine || atomic_load_explicit(&j.next, memory_order_relaxed) < ntasks)
-        run_tasks(&j, 0); /* serial: n == 1, threads busy, or no threads to borrow */
+    run_tasks(&j, 0); /* what is left: all of it when the loop runs on this thread alone */
+    serial_end();
 }
