@@ -108,8 +108,7 @@ ATTN_API attn_status attn_mha_params_from_torch(const attn_mha_config *cfg,
  */
 ATTN_API attn_status attn_encoder_params_from_torch(const attn_encoder_config *cfg,
                                                     const attn_safetensors *f,
-                                                    const char *prefix,
-                                                    attn_encoder_params *p);
+                                                    const char *prefix, attn_encoder_params *p);
 
 /**
  * Bind an nn.TransformerDecoderLayer's parameters, saved under prefix, into
@@ -124,8 +123,7 @@ ATTN_API attn_status attn_encoder_params_from_torch(const attn_encoder_config *c
  */
 ATTN_API attn_status attn_decoder_params_from_torch(const attn_decoder_config *cfg,
                                                     const attn_safetensors *f,
-                                                    const char *prefix,
-                                                    attn_decoder_params *p);
+                                                    const char *prefix, attn_decoder_params *p);
 
 #ifdef __cplusplus
 }

@@ -10,18 +10,18 @@
 typedef struct attn__st_entry {
     const char *name;
     attn_dtype dtype;
-    unsigned esize;        /* bytes per element */
-    int ndim;              /* 0 for a scalar */
-    const int64_t *shape;  /* (ndim) */
-    uint64_t begin, end;   /* data_offsets within the data area */
+    unsigned esize;       /* bytes per element */
+    int ndim;             /* 0 for a scalar */
+    const int64_t *shape; /* (ndim) */
+    uint64_t begin, end;  /* data_offsets within the data area */
 } attn__st_entry;
 
 struct attn_safetensors {
-    void *map;                /* the whole file, read-only */
+    void *map; /* the whole file, read-only */
     size_t map_size;
-    const char *data;         /* the data area: map + 8 + header length */
+    const char *data; /* the data area: map + 8 + header length */
     size_t count;
-    attn__st_entry *entries;  /* sorted by name (strcmp) */
+    attn__st_entry *entries; /* sorted by name (strcmp) */
 };
 
 /* The entry named prefix mid suffix, concatenated (NULL parts are empty), or NULL. */

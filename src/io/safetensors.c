@@ -17,9 +17,9 @@
 static const struct {
     const char *name;
     unsigned size;
-} dtypes[] = {{"BOOL", 1}, {"U8", 1},      {"I8", 1},      {"I16", 2},  {"U16", 2},
-              {"I32", 4},  {"U32", 4},     {"I64", 8},     {"U64", 8},  {"F8_E5M2", 1},
-              {"F8_E4M3", 1}, {"F16", 2},  {"BF16", 2},    {"F32", 4},  {"F64", 8}};
+} dtypes[] = {{"BOOL", 1},    {"U8", 1},  {"I8", 1},   {"I16", 2}, {"U16", 2},
+              {"I32", 4},     {"U32", 4}, {"I64", 8},  {"U64", 8}, {"F8_E5M2", 1},
+              {"F8_E4M3", 1}, {"F16", 2}, {"BF16", 2}, {"F32", 4}, {"F64", 8}};
 
 static int entry_cmp(const void *a, const void *b) {
     return strcmp(((const attn__st_entry *)a)->name, ((const attn__st_entry *)b)->name);
@@ -28,7 +28,9 @@ static int entry_cmp(const void *a, const void *b) {
 static int begin_cmp(const void *a, const void *b) {
     const attn__st_entry *x = *(const attn__st_entry *const *)a,
                          *y = *(const attn__st_entry *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+    return x->begin < y->begin   ? -1
+           : x->begin > y->begin ? 1
+                                 : (x->end > y->end) - (x->end < y->end);
 }
 
 /* A JSON integer in [0, INT64_MAX]. */
@@ -248,7 +250,7 @@ attn_status attn__st_entry_view(const attn_safetensors *f, const attn__st_entry 
     if (e->ndim > ATTN_MAX_DIMS)
         return ATTN_ESHAPE;
     const char *p = f->data + e->begin;
-    if ((uintptr_t)p % e->esize != 0)
+    if (e->end > e->begin && (uintptr_t)p % e->esize != 0) /* an empty view reads nothing */
         return ATTN_EFORMAT;
     int64_t one = 1;
     /* read-only mapping: the view's data pointer is non-const by attn_view's type */
@@ -256,8 +258,7 @@ attn_status attn__st_entry_view(const attn_safetensors *f, const attn__st_entry 
                           e->ndim ? e->shape : &one);
 }
 
-attn_status attn_safetensors_view(const attn_safetensors *f, const char *name,
-                                  attn_view *out) {
+attn_status attn_safetensors_view(const attn_safetensors *f, const char *name, attn_view *out) {
     if (!f || !name || !out)
         return ATTN_EINVAL;
     const attn__st_entry *e = attn__st_find(f, NULL, NULL, name);
