@@ -18,6 +18,7 @@ batch_first:
          attn_decoder_params_from_torch binds without cross-attention);
   dec_*: nn.TransformerDecoder, 2 layers and a final LayerNorm; out = model(x, memory)
          with a causal tgt_mask;
+  st_<enc case>_io.safetensors (two cases): x and out, for examples/fortran/safetensors.f90;
   mha_*: nn.MultiheadAttention; out = its attention output for (x, mem, mem)
          (mha_kdim: kdim = vdim != embed_dim, PyTorch's three separate weights).
 """
@@ -56,7 +57,7 @@ def write(name, model, meta, t, what):
                      f"{what}; torch {torch.__version__}")
 
 
-def enc_case(name, dt, B, T, C, H, F, act, norm_first, L=3):
+def enc_case(name, dt, B, T, C, H, F, act, norm_first, L=3, io=False):
     torch.manual_seed(20261205 + sum(map(ord, name)))
     layer = nn.TransformerEncoderLayer(C, H, dim_feedforward=F, dropout=0.0, activation=act,
                                        batch_first=True, norm_first=norm_first,
@@ -77,6 +78,9 @@ def enc_case(name, dt, B, T, C, H, F, act, norm_first, L=3):
     meta = {"B": B, "T": T, "C": C, "H": H, "F": F, "L": L, "f64": dt == "f64",
             "relu": act == "relu", "norm_first": norm_first}
     write(name, m, meta, t, f"nn.TransformerEncoder ({L} layers + norm) case {name}")
+    if io:  # x and out as safetensors too, for the Fortran example
+        save_file({"x": x.contiguous(), "out": out.contiguous()},
+                  os.path.join(OUT, f"st_{name}_io.safetensors"))
 
 
 def dec_case(name, dt, B, T, S, C, H, F, act, norm_first, L=2):
@@ -116,10 +120,10 @@ def mha_case(name, dt, B, Tq, Tk, C, H, kdim):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    enc_case("enc_post_relu_f64", "f64", 2, 5, 8, 2, 16, "relu", False)
+    enc_case("enc_post_relu_f64", "f64", 2, 5, 8, 2, 16, "relu", False, io=True)
     enc_case("enc_pre_gelu_f64", "f64", 2, 6, 8, 4, 12, "gelu", True)
     enc_case("enc_post_gelu_f32", "f32", 2, 5, 8, 2, 16, "gelu", False)
-    enc_case("enc_pre_relu_f32", "f32", 1, 7, 12, 3, 20, "relu", True)
+    enc_case("enc_pre_relu_f32", "f32", 1, 7, 12, 3, 20, "relu", True, io=True)
     dec_case("dec_post_gelu_f64", "f64", 2, 5, 4, 8, 4, 12, "gelu", False)
     dec_case("dec_pre_relu_f32", "f32", 2, 4, 6, 8, 2, 16, "relu", True)
     mha_case("mha_f64", "f64", 2, 5, 5, 8, 2, None)
