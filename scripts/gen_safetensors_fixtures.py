@@ -19,6 +19,8 @@ batch_first:
   dec_*: nn.TransformerDecoder, 2 layers and a final LayerNorm; out = model(x, memory)
          with a causal tgt_mask;
   st_<enc case>_io.safetensors (two cases): x and out, for examples/fortran/safetensors.f90;
+  transformer_*: nn.Transformer (encoder and decoder stacks in one file) with its
+         src, tgt and out in st_<case>_io.safetensors, for examples/torch_transformer.c;
   mha_*: nn.MultiheadAttention; out = its attention output for (x, mem, mem)
          (mha_kdim: kdim = vdim != embed_dim, PyTorch's three separate weights).
 """
@@ -118,6 +120,24 @@ def mha_case(name, dt, B, Tq, Tk, C, H, kdim):
           f"nn.MultiheadAttention case {name}")
 
 
+def transformer_case(name, dt, B, S, T, C, H, F, act, norm_first, Le, Ld):
+    """nn.Transformer: encoder.layers.*, encoder.norm.*, decoder.layers.*, decoder.norm.*
+    in one file; x and out in st_<name>_io.safetensors (examples/torch_transformer.c)."""
+    torch.manual_seed(20261205 + sum(map(ord, name)))
+    m = nn.Transformer(C, H, num_encoder_layers=Le, num_decoder_layers=Ld, dim_feedforward=F,
+                       dropout=0.0, activation=act, batch_first=True, norm_first=norm_first,
+                       dtype=DT[dt])
+    randomize(m)
+    m.train()
+    src = torch.randn(B, S, C, dtype=DT[dt])
+    tgt = torch.randn(B, T, C, dtype=DT[dt])
+    with torch.no_grad():
+        out = m(src, tgt, tgt_mask=causal(T), tgt_is_causal=True)
+    save_file(m.state_dict(), os.path.join(OUT, f"st_{name}.safetensors"))
+    save_file({"src": src, "tgt": tgt, "out": out},
+              os.path.join(OUT, f"st_{name}_io.safetensors"))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     enc_case("enc_post_relu_f64", "f64", 2, 5, 8, 2, 16, "relu", False, io=True)
@@ -128,6 +148,7 @@ def main():
     dec_case("dec_pre_relu_f32", "f32", 2, 4, 6, 8, 2, 16, "relu", True)
     mha_case("mha_f64", "f64", 2, 5, 5, 8, 2, None)
     mha_case("mha_kdim_f32", "f32", 2, 4, 6, 8, 2, 6)
+    transformer_case("transformer_f64", "f64", 2, 6, 5, 8, 2, 16, "gelu", False, 3, 2)
 
 
 if __name__ == "__main__":
