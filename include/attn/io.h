@@ -62,7 +62,8 @@ ATTN_API void attn_safetensors_close(attn_safetensors *f);
 /**
  * The tensor called name, as a row-major view into the mapping (no copy):
  * dtype ATTN_F32 or ATTN_F64, shape as in the file (a 0-dim scalar is a
- * view of shape (1)). Valid while f is open (see LIFETIME above).
+ * view of shape (1)). Valid until attn_safetensors_close(f), and read-only:
+ * writing through it faults.
  * Returns ATTN_OK, ATTN_EINVAL (an argument NULL), ATTN_ENOTFOUND (no such
  * tensor), ATTN_EDTYPE (a dtype other than F32/F64: F16, BF16, integers...),
  * ATTN_ESHAPE (more than ATTN_MAX_DIMS dims), ATTN_EFORMAT (the tensor's
