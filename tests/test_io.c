@@ -120,6 +120,9 @@ START_TEST(so_errors) {
     f = (attn_safetensors *)&f;
     ck_assert_int_eq(attn_safetensors_open(ATTN_TEST_DATA, &f), ATTN_EIO); /* a directory */
     ck_assert_ptr_null(f);
+    f = (attn_safetensors *)&f;
+    ck_assert_int_eq(attn_safetensors_open("/dev/zero", &f), ATTN_EIO); /* a device */
+    ck_assert_ptr_null(f);
     ck_assert_int_eq(fd_count(), fds);
 }
 END_TEST
@@ -226,6 +229,13 @@ START_TEST(so_hostile_files) {
             ck_assert_msg(f == NULL, "%s: *out not NULL", h->what);
         }
     }
+    /* a FIFO with no writer: refused at once, not waited on */
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp_dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    attn_safetensors *ff = (attn_safetensors *)&ff;
+    ck_assert_int_eq(attn_safetensors_open(fifo, &ff), ATTN_EIO);
+    ck_assert_ptr_null(ff);
     /* files shorter than the 8-byte length, and a length that only just fits */
     static const unsigned char bytes[16] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
     for (size_t n = 0; n <= 10; ++n) {

@@ -30,6 +30,8 @@ extern "C" {
  * attn_safetensors_close(f) and must not be used after it. The mapping is
  * read-only: writing through such a view (e.g. passing it as an output or a
  * gradient) faults. Copy a tensor out (attn_view_copy) to change it.
+ * The file itself must not be truncated or rewritten in place while it is
+ * open (a mapped page past a new end faults); replacing it by a rename is fine.
  *
  * An open file is immutable: any number of threads may call
  * attn_safetensors_view and the binders on it at once.
@@ -49,7 +51,8 @@ typedef struct attn_safetensors attn_safetensors;
  * end - begin equal to the shape's byte size; no two entries overlap.
  * On success *out is the open file (close it with attn_safetensors_close).
  * Returns ATTN_OK, ATTN_EINVAL (path or out NULL), ATTN_EIO (the file cannot
- * be opened, is not a regular file, or cannot be read or mapped), ATTN_EFORMAT
+ * be opened, is not a regular file (a directory, FIFO or device), or cannot be
+ * read or mapped), ATTN_EFORMAT
  * (any fault above, a file shorter than 8 bytes included), ATTN_ENOMEM. On
  * any error *out is NULL (when out is not NULL) and nothing stays open or
  * allocated. Since 0.2.

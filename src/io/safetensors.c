@@ -174,7 +174,8 @@ attn_status attn_safetensors_open(const char *path, attn_safetensors **out) {
         *out = NULL;
     if (!path || !out)
         return ATTN_EINVAL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open; a regular file ignores it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return ATTN_EIO;
     struct stat sb;
