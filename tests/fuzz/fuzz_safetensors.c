@@ -6,9 +6,9 @@
 #include "fuzz_common.h"
 
 /* Names the seed corpus uses (an nn.MultiheadAttention) and a few short ones. */
-static const char *const names[] = {"in_proj_weight", "in_proj_bias", "out_proj.weight",
-                                    "out_proj.bias",  "a",            "b",
-                                    "",               "__metadata__"};
+static const char *const names[] = {
+    "in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", "a", "b", "",
+    "__metadata__"};
 
 /* The file libFuzzer's input is written to: one per process, rewritten every run. */
 static char path[64];
@@ -33,7 +33,8 @@ static int64_t own_offset(const uint8_t *data, size_t size, const char *name) {
     for (int k = 7; k >= 0; --k)
         n = n << 8 | data[k];
     json_t *root = json_loadb((const char *)data + 8, (size_t)n, 0, NULL);
-    const json_t *off = json_array_get(json_object_get(json_object_get(root, name), "data_offsets"), 0);
+    const json_t *off =
+        json_array_get(json_object_get(json_object_get(root, name), "data_offsets"), 0);
     int64_t r = json_is_integer(off) ? 8 + (int64_t)n + json_integer_value(off) : -1;
     json_decref(root);
     (void)size;
@@ -76,8 +77,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memset(&v, 0x5A, sizeof v);
         v0 = v;
         s = attn_safetensors_view(f, names[i], &v);
-        FZ_REQUIRE(s == ATTN_OK || s == ATTN_ENOTFOUND || s == ATTN_EDTYPE || s == ATTN_ESHAPE ||
-                       s == ATTN_EFORMAT,
+        FZ_REQUIRE(s == ATTN_OK || s == ATTN_ENOTFOUND || s == ATTN_EDTYPE ||
+                       s == ATTN_ESHAPE || s == ATTN_EFORMAT,
                    "view %s: %s", names[i], attn_status_name(s));
         if (s != ATTN_OK) {
             FZ_REQUIRE(!memcmp(&v, &v0, sizeof v), "view %s wrote on %s", names[i],
@@ -106,8 +107,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memset(&p, 0x33, sizeof p);
         p0 = p;
         s = attn_mha_params_from_torch(&mc, f, NULL, &p);
-        FZ_REQUIRE(s == ATTN_OK || s == ATTN_ENOTFOUND || s == ATTN_EDTYPE || s == ATTN_ESHAPE ||
-                       s == ATTN_EFORMAT,
+        FZ_REQUIRE(s == ATTN_OK || s == ATTN_ENOTFOUND || s == ATTN_EDTYPE ||
+                       s == ATTN_ESHAPE || s == ATTN_EFORMAT,
                    "mha binder: %s", attn_status_name(s));
         if (s != ATTN_OK) {
             FZ_REQUIRE(!memcmp(&p, &p0, sizeof p), "mha binder wrote on %s",
