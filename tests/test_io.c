@@ -1,10 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /* Check suite for io.h: safetensors files from PyTorch, hostile files, the binders. */
+#define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "layer_util.h"
+
+/*
+ * cblas_dgemm interposed (as test_hostile does): the shared library's calls
+ * resolve here first, are counted, and go on to OpenBLAS. The count shows
+ * whether Q, K and V bound from in_proj_weight run as one GEMM.
+ */
+static volatile int io_dgemms;
+typedef void (*io_dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
+                            const double *, int, double, double *, int);
+void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a,
+                 int lda, const double *b, int ldb, double beta, double *c, int ldc);
+void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a,
+                 int lda, const double *b, int ldb, double beta, double *c, int ldc) {
+    static io_dgemm_fn next;
+    if (!next)
+        *(void **)&next = dlsym(RTLD_NEXT, "cblas_dgemm");
+    __atomic_add_fetch(&io_dgemms, 1, __ATOMIC_RELAXED);
+    next(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 #define TOL(dt) ((dt) == ATTN_F64 ? 1e-12 : 1e-5)
 
@@ -492,6 +513,30 @@ START_TEST(ept_views_not_copies) {
     ck_assert_int_eq(p.ffn.w1.stride[1], 8);
     ck_assert_int_eq(p.mha.wo.stride[0], 1);
     ck_assert_ptr_eq(p.ln2_g.data, n2.data);
+
+    /* the adjacent blocks make Q, K, V one GEMM: two fewer than with wk moved apart */
+    lt x = lt_new(ATTN_F64, 3, (int64_t[]){2, 5, 8});
+    uint64_t seed = 7;
+    tu_fill(&x.v, &seed, 1.0);
+    lt y1 = lt_new(ATTN_F64, 3, x.v.shape), y2 = lt_new(ATTN_F64, 3, x.v.shape);
+    lt wk = lt_new(ATTN_F64, 2, (int64_t[]){8, 8}); /* row-major: strides (8, 1) */
+    ck_assert_int_eq(attn_view_copy(&p.mha.wk, &wk.v), ATTN_OK);
+    attn_mha_params apart = p.mha;
+    apart.wk = wk.v;
+    attn_sdpa_opts one = {.threads = 1};
+    int n0 = io_dgemms;
+    ck_assert_int_eq(attn_mha_forward(&cfg.mha, &p.mha, &x.v, NULL, &one, &y1.v, NULL, NULL, 0),
+                     ATTN_OK);
+    int fused = io_dgemms - n0;
+    n0 = io_dgemms;
+    ck_assert_int_eq(attn_mha_forward(&cfg.mha, &apart, &x.v, NULL, &one, &y2.v, NULL, NULL, 0),
+                     ATTN_OK);
+    int separate = io_dgemms - n0;
+    ck_assert_int_gt(fused, 0);
+    ck_assert_msg(separate == fused + 2, "GEMMs: %d bound from the file, %d with wk apart",
+                  fused, separate);
+    tu_check_close(&y1.v, &y2.v, 1e-14, 1e-14, "fused and separate QKV");
+    lt_free(&x), lt_free(&y1), lt_free(&y2), lt_free(&wk);
     attn_safetensors_close(f);
 }
 END_TEST
