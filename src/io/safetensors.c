@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* safetensors files: map, validate the JSON header once (jansson), hand out views. */
-#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
