@@ -109,7 +109,7 @@ for step in $steps; do
       case "$name" in
       view) runs=75000 ;; gemm) runs=140000 ;; sdpa) runs=95000 ;; layers) runs=120000 ;;
       backward) runs=42000 ;; sdpa_backward) runs=14000 ;; layers_backward) runs=33000 ;;
-      ring) runs=1500 ;; *) runs=-1 ;;
+      ring) runs=1500 ;; safetensors) runs=18000 ;; *) runs=-1 ;;
       esac
       [ "$runs" -gt 0 ] && runs=$((runs * fuzz_seconds / 60))
       [ "${ATTN_FUZZ_RUNS:-1}" = 0 ] && runs=-1 # libFuzzer: -1 = unlimited

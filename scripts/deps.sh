@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Install the Debian packages attn builds and tests with, when any is missing.
 set -e
-pkgs="gcc g++ gfortran cmake meson ninja-build pkg-config libopenblas-dev liblapacke-dev check gnuplot-nox
+pkgs="gcc g++ gfortran cmake meson ninja-build pkg-config libopenblas-dev liblapacke-dev check gnuplot-nox libjansson-dev
       libopenblas0-pthread libopenblas0-openmp
       libopenmpi-dev openmpi-bin $*"
 missing=""

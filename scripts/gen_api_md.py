@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 ORDER = ["status.h", "version.h.in", "view.h", "gemm.h", "kernels.h", "layers.h", "decode.h", "posenc.h",
-         "init.h", "diag.h", "ring.h"]
+         "init.h", "diag.h", "io.h", "ring.h"]
 INTRO = {
     "status.h": "Status codes and their names.",
     "version.h.in": "Compile-time macros and run-time version queries.",
@@ -29,6 +29,8 @@ INTRO = {
     "posenc.h": "Positional encodings and patchify.",
     "init.h": "Counter-based random streams and weight initialization (LAPACKE QR).",
     "diag.h": "Numerical diagnostics (LAPACKE eigenvalues and SVD).",
+    "io.h": "Loading PyTorch weights: safetensors files mapped into views, bound to layer "
+            "parameters by PyTorch's names (docs/guide.md \"From PyTorch\").",
     "ring.h": "Ring attention over MPI (companion library attn_mpi, `pkg-config attn-mpi`).",
 }
 

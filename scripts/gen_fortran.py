@@ -24,6 +24,8 @@ Mapping rules (docs/fortran.md lists them for users):
   by value                   -> value dummies
   void * / pointer fields    -> type(c_ptr), value      (c_loc(x) or c_null_ptr)
   const void **              -> type(c_ptr), intent(out)
+  handle * (an opaque struct)-> type(c_ptr), value    (as the function returned it)
+  handle **                  -> type(c_ptr), intent(out)
   struct T * (const or not)  -> type(T), optional       (absent = NULL)
   const number * / number[N] -> assumed-size array x(*) / explicit x(N)
   number * (not const)       -> a scalar, optional (absent = NULL); pass a(1) for
@@ -260,7 +262,9 @@ class Api:
                 raise GenError(f"{where}: structs passed by value are not bound")
             decl, kind = self.ctype_scalar(base, where)
             return f"{decl}, value :: {pname}", {kind}
-        if stars >= 1 and base in self.opaque:  # a handle: pass it on as it came
+        if stars == 2 and base in self.opaque and not const:  # where a handle is returned
+            return f"type(c_ptr), intent(out) :: {pname}", {"c_ptr"}
+        if stars == 1 and base in self.opaque:  # a handle: pass it on as it came
             return f"type(c_ptr), value :: {pname}", {"c_ptr"}
         if stars == 1 and base in self.struct_names:
             intent = "intent(in), " if const else ""

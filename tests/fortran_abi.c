@@ -15,6 +15,7 @@
 #include <attn/decode.h>
 #include <attn/init.h>
 #include <attn/diag.h>
+#include <attn/io.h>
 
 int main(void) {
     printf("attn_view %zu\n", sizeof(attn_view));

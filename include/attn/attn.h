@@ -14,5 +14,6 @@
 #include "attn/posenc.h"
 #include "attn/init.h"
 #include "attn/diag.h"
+#include "attn/io.h"
 
 #endif /* ATTN_ATTN_H */

@@ -30,11 +30,14 @@ typedef enum attn_status {
     ATTN_ENOMEM = 8,       /* convenience allocation (work == NULL) failed */
     ATTN_ELAPACK = 9,      /* a LAPACKE routine reported info != 0 */
     ATTN_EUNSUPPORTED = 10,/* valid request this build or algorithm cannot do */
-    ATTN_EMPI = 11         /* an MPI call failed or ranks disagree */
+    ATTN_EMPI = 11,        /* an MPI call failed or ranks disagree */
+    ATTN_EIO = 12,         /* a file cannot be opened, read or mapped */
+    ATTN_EFORMAT = 13,     /* a file is not a valid safetensors file */
+    ATTN_ENOTFOUND = 14    /* a named tensor is absent from a file */
 } attn_status;
 
 /** Number of status codes, for iterating over them in tests. */
-#define ATTN_STATUS_COUNT 12
+#define ATTN_STATUS_COUNT 15
 
 /**
  * A short English description of status s, e.g. "shape mismatch".

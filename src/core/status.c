@@ -19,6 +19,9 @@ static const struct {
     [ATTN_ELAPACK] = {"ATTN_ELAPACK", "LAPACK routine failed"},
     [ATTN_EUNSUPPORTED] = {"ATTN_EUNSUPPORTED", "not supported"},
     [ATTN_EMPI] = {"ATTN_EMPI", "MPI error"},
+    [ATTN_EIO] = {"ATTN_EIO", "cannot open, read or map the file"},
+    [ATTN_EFORMAT] = {"ATTN_EFORMAT", "not a valid safetensors file"},
+    [ATTN_ENOTFOUND] = {"ATTN_ENOTFOUND", "tensor not found"},
 };
 
 const char *attn_strerror(attn_status s) {
