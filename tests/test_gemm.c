@@ -125,16 +125,15 @@ START_TEST(gm_large_fold) {
 }
 END_TEST
 
-START_TEST(gm_column_blocks) {
-    /* products big enough that attn_gemm splits C's columns over threads
-       (src/core/gemm.c rm_run): every transpose, C row- and column-major and
-       sliced, a last block narrower than the others, beta 0 and not */
-    static const shape3 big[] = {{64, 700, 192}, {200, 530, 96}};
+START_TEST(gm_large_products) {
+    /* products big enough for the BLAS's threads, and one-row products (GEMV) with
+       long rows: every transpose, C row- and column-major and sliced, beta 0 and not */
+    static const shape3 big[] = {{64, 700, 192}, {200, 530, 96}, {1, 700, 300}, {300, 1, 500}};
     static const layout outs[] = {L_CONTIG, L_COLMAJOR, L_SLICED};
     for (int d = 0; d < 2; ++d)
         for (int ta = 0; ta < 2; ++ta)
             for (int tb = 0; tb < 2; ++tb)
-                for (size_t si = 0; si < 2; ++si)
+                for (size_t si = 0; si < sizeof big / sizeof *big; ++si)
                     for (size_t lc = 0; lc < 3; ++lc)
                         run_case(d ? ATTN_F64 : ATTN_F32, ta, tb, ta ? L_COLMAJOR : L_SLICED,
                                  tb ? L_CONTIG : L_COLSLICED, outs[lc], &big[si], &batches[0],
@@ -150,6 +149,19 @@ START_TEST(gm_beta_zero_ignores_nan) {
     attn_view_init(&C, ATTN_F64, c, 2, (int64_t[]){2, 2});
     ck_assert_int_eq(attn_gemm(0, 0, 1.0, &A, &B, 0.0, &C, NULL, 0), ATTN_OK);
     for (int i = 0; i < 4; ++i) ck_assert(c[i] == a[i]);
+    /* one row (GEMV), both dtypes */
+    float af[2] = {1, 2}, bf[4] = {1, 0, 0, 1}, cf[2] = {NAN, NAN};
+    attn_view_init(&A, ATTN_F32, af, 2, (int64_t[]){1, 2});
+    attn_view_init(&B, ATTN_F32, bf, 2, (int64_t[]){2, 2});
+    attn_view_init(&C, ATTN_F32, cf, 2, (int64_t[]){1, 2});
+    ck_assert_int_eq(attn_gemm(0, 1, 1.0, &A, &B, 0.0, &C, NULL, 0), ATTN_OK);
+    ck_assert(cf[0] == 1.0f && cf[1] == 2.0f);
+    c[0] = c[1] = NAN;
+    attn_view_init(&A, ATTN_F64, a, 2, (int64_t[]){1, 2});
+    attn_view_init(&C, ATTN_F64, c, 2, (int64_t[]){1, 2});
+    attn_view_init(&B, ATTN_F64, b, 2, (int64_t[]){2, 2});
+    ck_assert_int_eq(attn_gemm(0, 0, 1.0, &A, &B, 0.0, &C, NULL, 0), ATTN_OK);
+    ck_assert(c[0] == 1.0 && c[1] == 2.0);
 }
 END_TEST
 
@@ -236,7 +248,7 @@ int main(void) {
     tcase_add_test(tc, gm_layouts_f64);
     tcase_add_test(tc, gm_layouts_f32);
     tcase_add_test(tc, gm_large_fold);
-    tcase_add_test(tc, gm_column_blocks);
+    tcase_add_test(tc, gm_large_products);
     tcase_add_test(tc, gm_beta_zero_ignores_nan);
     tcase_add_test(tc, gm_errors);
     suite_add_tcase(s, tc);

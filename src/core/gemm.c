@@ -229,10 +229,34 @@ typedef struct rm_gemm {
     void                  *c;
 } rm_gemm;
 
-/* The product as one BLAS call, single-threaded where the thread rule says so. */
+/*
+ * C's one row as a matrix-vector product, y := alpha op(B)^T x + beta y with x the row
+ * of op(A): the BLAS's GEMV streams op(B) once, where its GEMM packs it first (a
+ * decode step's projections; docs/decoding.md). y is zeroed first when beta == 0, so
+ * that C is never read then, whatever the BLAS's scaling does with NaN.
+ */
+static void rm_gemv(const rm_gemm *g) {
+    int incx = g->ta == CblasNoTrans ? 1 : g->lda;
+    /* op(B) (K, N): B stored (K, N) is y = B^T x; B stored (N, K) is y = B x */
+    enum CBLAS_TRANSPOSE t = g->tb == CblasNoTrans ? CblasTrans : CblasNoTrans;
+    int rows = g->tb == CblasNoTrans ? g->k : g->n, cols = g->tb == CblasNoTrans ? g->n : g->k;
+    if (g->beta == 0.0)
+        memset(g->c, 0, (size_t)g->n * g->es);
+    if (g->es == 4)
+        cblas_sgemv(CblasRowMajor, t, rows, cols, (float)g->alpha, (const float *)g->b, g->ldb,
+                    (const float *)g->a, incx, (float)g->beta, (float *)g->c, 1);
+    else
+        cblas_dgemv(CblasRowMajor, t, rows, cols, g->alpha, (const double *)g->b, g->ldb,
+                    (const double *)g->a, incx, g->beta, (double *)g->c, 1);
+}
+
+/* The product as one BLAS call, single-threaded where the thread rule says so: GEMV
+   for one row of C, GEMM otherwise. */
 static void rm_run(const rm_gemm *g) {
     int tok = attn__blas_begin();
-    if (g->es == 4)
+    if (g->m == 1)
+        rm_gemv(g);
+    else if (g->es == 4)
         cblas_sgemm(CblasRowMajor, g->ta, g->tb, g->m, g->n, g->k, (float)g->alpha,
                     (const float *)g->a, g->lda, (const float *)g->b, g->ldb,
                     (float)g->beta, (float *)g->c, g->ldc);
