@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* attn-bench-decode: one new token against Tk cached keys, K/V bytes per second beside a
- * streaming read. */
+/* attn-bench-decode: one new token against Tk cached keys, K/V bytes per second as a share of
+ * the machine's read bandwidth and beside a streaming read. */
 #define _POSIX_C_SOURCE 200809L
 #include <attn/attn.h>
 #include <dlfcn.h>
@@ -12,13 +12,19 @@
 #include <omp.h>
 #endif
 
+#include "read_bandwidth.h"
+
 /*
  * Decode (Tq = 1) is a memory-bound pass over K and V: 2 B H Tk D elements
  * read, 4 B H Tk D flops. For each B and Tk this reports attn_sdpa_decode's
- * effective bandwidth (K and V bytes / median time) beside a plain streaming
- * read of the very same buffers (a vectorized sum over them, on the same
- * number of threads), measured in the same run, interleaved rep by rep so
- * that both see the same machine load. Medians; the load average is printed.
+ * effective bandwidth (K and V bytes / median time) as a share of the
+ * machine's read bandwidth (read_bandwidth.h: two threads, one load per cache
+ * line over 512 MiB), and beside a plain streaming read of the very same
+ * buffers (a vectorized sum over them, on the same number of threads),
+ * interleaved rep by rep with decode so that both see the same machine load;
+ * the read bandwidth's passes follow each row's reps (a 512 MiB pass between
+ * them would evict the buffers the two read). Medians; the load average is
+ * printed.
  *
  * Usage: attn-bench-decode [--reps N=15] [--tkmax N=32768] [--b LIST=1,8]
  *                          [--h 12] [--d 64] [--hkv H] [--csv FILE]
@@ -136,15 +142,23 @@ int main(int argc, char **argv) {
             load[strcspn(load, "\n")] = '\0';
         fclose(la);
     }
+    char *rbuf = rbw_buffer();
+    if (!rbuf) {
+        fprintf(stderr, "attn-bench-decode: cannot measure the read bandwidth\n");
+        return 1;
+    }
     printf("# attn-bench-decode: attn %s, f32, H %lld, Hkv %lld, D %lld, Tq 1, %d threads, "
-           "OpenBLAS core %s\n# load average at start: %s; medians of %d reps\n",
+           "OpenBLAS core %s\n# load average at start: %s; medians of %d reps\n"
+           "# read: the read bandwidth (%d threads, one load per %d-byte line over 512 MiB), "
+           "as many passes as reps after each row\n",
            attn_version_string(), (long long)H, (long long)Hkv, (long long)D, nt, blas_core(),
-           load, reps);
+           load, reps, RBW_THREADS, RBW_LINE);
     FILE *out = csv ? fopen(csv, "w") : NULL;
     if (out)
-        fprintf(out, "B,Tk,bytes,decode_us,decode_GBs,stream_us,stream_GBs,ratio\n");
-    printf("%3s %7s %10s %11s %11s %11s %11s %7s\n", "B", "Tk", "K+V MB", "decode us",
-           "decode GB/s", "stream us", "stream GB/s", "ratio");
+        fprintf(out, "B,Tk,bytes,decode_us,decode_GBs,stream_us,stream_GBs,ratio,read_GBs,"
+                     "decode_share\n");
+    printf("%3s %7s %10s %11s %11s %9s %8s %11s %11s %7s\n", "B", "Tk", "K+V MB", "decode us",
+           "decode GB/s", "read GB/s", "of read", "stream us", "stream GB/s", "ratio");
     for (int bi = 0; bi < nb; ++bi) {
         int64_t B = bs[bi];
         for (int64_t Tk = 512; Tk <= tkmax; Tk *= 2) {
@@ -174,7 +188,7 @@ int main(int argc, char **argv) {
             if (st)
                 die("attn_sdpa_decode", st);
             volatile float sink = stream_read(k, v, n, nt); /* warm both */
-            double td[101], ts[101];
+            double td[101], ts[101], tr[101];
             for (int r = 0; r < reps; ++r) {
                 double t0 = now();
                 attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
@@ -183,15 +197,18 @@ int main(int argc, char **argv) {
                 sink += stream_read(k, v, n, nt);
                 ts[r] = now() - t0;
             }
+            for (int r = 0; r < reps; ++r)
+                tr[r] = rbw_pass(rbuf);
             (void)sink;
-            double d = median(td, reps), s = median(ts, reps), bytes = 2.0 * (double)n * 4;
-            printf("%3lld %7lld %10.1f %11.1f %11.2f %11.1f %11.2f %6.0f%%\n", (long long)B,
-                   (long long)Tk, bytes / 1e6, 1e6 * d, bytes / d / 1e9, 1e6 * s,
-                   bytes / s / 1e9, 100 * s / d);
+            double d = median(td, reps), s = median(ts, reps), bw = median(tr, reps);
+            double bytes = 2.0 * (double)n * 4;
+            printf("%3lld %7lld %10.1f %11.1f %11.2f %9.2f %7.0f%% %11.1f %11.2f %6.0f%%\n",
+                   (long long)B, (long long)Tk, bytes / 1e6, 1e6 * d, bytes / d / 1e9, bw,
+                   100 * bytes / d / 1e9 / bw, 1e6 * s, bytes / s / 1e9, 100 * s / d);
             if (out)
-                fprintf(out, "%lld,%lld,%.0f,%.2f,%.3f,%.2f,%.3f,%.3f\n", (long long)B,
-                        (long long)Tk, bytes, 1e6 * d, bytes / d / 1e9, 1e6 * s,
-                        bytes / s / 1e9, s / d);
+                fprintf(out, "%lld,%lld,%.0f,%.2f,%.3f,%.2f,%.3f,%.3f,%.3f,%.3f\n",
+                        (long long)B, (long long)Tk, bytes, 1e6 * d, bytes / d / 1e9, 1e6 * s,
+                        bytes / s / 1e9, s / d, bw, bytes / d / 1e9 / bw);
             fflush(stdout);
             free(k);
             free(v);
@@ -203,5 +220,6 @@ int main(int argc, char **argv) {
     }
     if (out)
         fclose(out);
+    free(rbuf);
     return 0;
 }

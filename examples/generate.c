@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <time.h>
 
+#include "../bench/read_bandwidth.h"
 #include "walkthrough.h"
 
 /*
@@ -26,7 +27,10 @@
  *     tokens, seeded weights. Checks the same equality for a short run, then
  *     times, in float32, a generation step against recomputing the prefix at
  *     prefix lengths up to --prefix-max, prints tokens per second against the
- *     prefix length, writes --csv and, through gnuplot, --plot.
+ *     prefix length, writes --csv and, through gnuplot, --plot. The blocks'
+ *     part of a step is also set against its memory floor: every weight and
+ *     the K/V cache read once, at the read bandwidth (bench/read_bandwidth.h)
+ *     measured right after each prefix's timed steps.
  *
  * Usage: generate [lesson11.txt=tests/data/lesson11.txt]
  *        generate --big [--layers N=4] [--prefix-max N=2048] [--reps N=5]
@@ -315,15 +319,22 @@ static void big_head(const big_model *m, void *h, int64_t n, void *tmp, double *
     tied_logits(m->dt, tmp, m->emb, m->V, m->C, logits);
 }
 
-/* Feed n tokens through the cached steps; logits of the last. bufs: 2 x (Tq, C) + (C). */
-static void big_step(big_model *m, const int64_t *tok, int64_t n, void **buf, double *logits) {
+/*
+ * Feed n tokens through the cached steps; logits of the last. bufs: 2 x (Tq, C) + (C).
+ * *blocks (may be NULL): the seconds of the L attn_decoder_step calls alone.
+ */
+static void big_step(big_model *m, const int64_t *tok, int64_t n, void **buf, double *logits,
+                     double *blocks) {
     big_embed(m, tok, n, buf[0]);
+    double t0 = now();
     for (int64_t l = 0; l < m->L; ++l) {
         attn_view x = WK_VIEW(m->dt, buf[l % 2], 1, n, m->C);
         attn_view y = WK_VIEW(m->dt, buf[1 - l % 2], 1, n, m->C);
         CHECK(attn_decoder_step(&m->cfg, &m->layer[l], NULL, &x, &m->cache[l], NULL, &y,
                                 m->work, m->ws));
     }
+    if (blocks)
+        *blocks = now() - t0;
     big_head(m, buf[m->L % 2], n, buf[2], logits);
 }
 
@@ -386,7 +397,7 @@ static void big_check(int64_t L) {
     int64_t T = P;
     for (int step = 0; step <= STEPS && T <= P + STEPS; ++step) {
         int64_t n = step == 0 ? P : 1;
-        big_step(&m, tok + T - n, n, b, lg);
+        big_step(&m, tok + T - n, n, b, lg, NULL);
         big_recompute(&m, tok, T, b, work, ws, want);
         double d = rel_diff(lg, want, m.V);
         worst = fmax(worst, d);
@@ -415,6 +426,21 @@ static const char *blas_core(void) {
     return f ? f() : "unknown";
 }
 
+/* Bytes of the blocks' parameters, which every step reads once. */
+static double weight_bytes(const big_model *m) {
+    return (double)m->L * (double)attn_dtype_size(m->dt) *
+           (double)attn_decoder_param_count(&m->cfg);
+}
+
+/* Bytes one token's step must read in the blocks at prefix P: the parameters, and the P + 1
+ * cached keys and values of each block (its own included). */
+static double floor_bytes(const big_model *m, int64_t P) {
+    attn_decoder_config c; /* kv_heads and d_head filled in */
+    CHECK(attn_decoder_config_resolve(&m->cfg, &c));
+    double kv = 2.0 * (double)(P + 1) * (double)(c.self_attn.kv_heads * c.self_attn.d_head);
+    return weight_bytes(m) + (double)m->L * (double)attn_dtype_size(m->dt) * kv;
+}
+
 static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const char *plot) {
     printf("3. Time per generated token, float32 (d 768, 12 heads, %lld blocks): cache vs "
            "recompute\n",
@@ -426,10 +452,20 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
             load[strcspn(load, "\n")] = '\0';
         fclose(la);
     }
-    printf("   OpenBLAS core %s, load average %s; medians of %d steps / recomputes\n\n",
+    printf("   OpenBLAS core %s, load average %s; medians of %d steps / recomputes\n",
            blas_core(), load, reps);
+    char *rbuf = rbw_buffer();
+    if (!rbuf) {
+        fprintf(stderr, "generate: cannot measure the read bandwidth\n");
+        exit(2);
+    }
     big_model m;
     big_init(&m, ATTN_F32, L, pmax + reps + 1, pmax);
+    printf(
+        "   blocks: the %lld attn_decoder_step calls of a step; floor: the bytes they must\n"
+        "   read (%.1f MB of weights and the K/V cache) over the read bandwidth: %d threads,\n"
+        "   one load per %d-byte line over 512 MiB, a pass per timed step right after them\n\n",
+        (long long)L, weight_bytes(&m) / 1e6, RBW_THREADS, RBW_LINE);
     int64_t *tok = calloc((size_t)(pmax + reps + 1), sizeof *tok);
     prompt(tok, pmax + reps + 1, m.V);
     void **b = bufs(ATTN_F32, pmax + reps + 1, m.C);
@@ -442,19 +478,25 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
         exit(2);
     }
     if (out)
-        fprintf(out, "prefix,cache_ms,recompute_ms,cache_tok_s,recompute_tok_s,speedup\n");
-    printf("   %7s %12s %14s %12s %14s %8s\n", "prefix", "cache ms/tok", "recompute ms",
-           "cache tok/s", "recompute tok/s", "speedup");
-    double t[64];
+        fprintf(out,
+                "prefix,cache_ms,recompute_ms,cache_tok_s,recompute_tok_s,speedup,blocks_ms,"
+                "floor_ms,floor_share,read_GBs\n");
+    printf("   %7s %12s %14s %12s %14s %8s %10s %9s %9s %9s\n", "prefix", "cache ms/tok",
+           "recompute ms", "cache tok/s", "recompute tok/s", "speedup", "blocks ms",
+           "read GB/s", "floor ms", "of floor");
+    double t[64], tb[64], rb[64];
     for (int64_t P = 64; P <= pmax; P *= 2) {
         big_reset(&m);
-        big_step(&m, tok, P, b, lg);     /* prefill P tokens */
-        for (int r = 0; r < reps; ++r) { /* one token each at prefix P + r */
+        big_step(&m, tok, P, b, lg, NULL); /* prefill P tokens */
+        for (int r = 0; r < reps; ++r) {   /* one token each at prefix P + r */
             double t0 = now();
-            big_step(&m, tok + P + r, 1, b, lg);
+            big_step(&m, tok + P + r, 1, b, lg, &tb[r]);
             t[r] = now() - t0;
         }
-        double tc = median(t, reps);
+        for (int r = 0; r < reps; ++r)
+            rb[r] = rbw_pass(rbuf);
+        double tc = median(t, reps), tbl = median(tb, reps), bw = median(rb, reps);
+        double fl = floor_bytes(&m, P) / bw / 1e9;
         int rr = P >= 1024 ? 3 : reps;
         for (int r = 0; r < rr; ++r) {
             double t0 = now();
@@ -462,11 +504,13 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
             t[r] = now() - t0;
         }
         double tr = median(t, rr);
-        printf("   %7lld %12.2f %14.2f %12.1f %14.2f %7.1fx\n", (long long)P, 1e3 * tc,
-               1e3 * tr, 1 / tc, 1 / tr, tr / tc);
+        printf("   %7lld %12.2f %14.2f %12.1f %14.2f %7.1fx %10.2f %9.2f %9.2f %8.0f%%\n",
+               (long long)P, 1e3 * tc, 1e3 * tr, 1 / tc, 1 / tr, tr / tc, 1e3 * tbl, bw,
+               1e3 * fl, 100 * fl / tbl);
         if (out)
-            fprintf(out, "%lld,%.4f,%.4f,%.2f,%.3f,%.2f\n", (long long)P, 1e3 * tc, 1e3 * tr,
-                    1 / tc, 1 / tr, tr / tc);
+            fprintf(out, "%lld,%.4f,%.4f,%.2f,%.3f,%.2f,%.4f,%.4f,%.3f,%.3f\n", (long long)P,
+                    1e3 * tc, 1e3 * tr, 1 / tc, 1 / tr, tr / tc, 1e3 * tbl, 1e3 * fl, fl / tbl,
+                    bw);
         fflush(stdout);
     }
     if (out)
@@ -484,6 +528,7 @@ static void big_time(int64_t L, int64_t pmax, int reps, const char *csv, const c
                  strstr(plot, ".svg") ? "svg" : "pngcairo", plot, (long long)L, csv);
         printf("\n   plot: %s\n", system(cmd) == 0 ? plot : "(gnuplot failed)");
     }
+    free(rbuf);
     free(tok);
     free(lg);
     free(work);

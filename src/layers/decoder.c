@@ -18,102 +18,34 @@ static const attn_step_opts no_step_opts;
 
 /* ---- the sub-blocks ------------------------------------------------------------ */
 
-/* The saved views of one attention (NULL when not saving). */
-typedef struct att_save {
-    const attn_view *q, *k, *v, *concat, *lse;
-} att_save;
-
 /*
- * out = concat_h(sdpa(RoPE(xq Wq + bq), RoPE(xkv Wk + bk), xkv Wv + bv)) Wo + bo
- * (RoPE at positions 0.. when rope is on).
+ * The attention sub-blocks run on the MHA body: the self-attention with the
+ * config's RoPE (on q and k at positions 0..), the cross-attention over the
+ * memory without it. Attention blk (0 self, 1 cross)'s saved q, k, v, concat
+ * and lse are the body's trace (empty when not saving): the forward fills them,
+ * the backward reads them.
  */
-static attn_status att_fwd(const attn_mha_config *c, const attn_mha_params *p,
-                           const attn_view *xq, const attn_view *xkv,
-                           const attn_sdpa_opts *opts, const attn_rope_config *rope,
-                           attn_view *out, att_save sv, attn__plan *pl) {
-    attn_dtype dt = c->dtype;
-    int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
-    int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
-    attn_view Q = sv.q ? *sv.q : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
-    attn_view K = sv.k ? *sv.k : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
-    attn_view V = sv.v ? *sv.v : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, false);
-    attn_view O =
-        sv.concat ? *sv.concat : attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, false);
-    ATTN_TRY(attn__plan_linear(pl, xq, &p->wq, c->bias ? &p->bq : NULL, &Q));
-    ATTN_TRY(attn__plan_linear(pl, xkv, &p->wk, c->bias ? &p->bk : NULL, &K));
-    ATTN_TRY(attn__plan_linear(pl, xkv, &p->wv, c->bias ? &p->bv : NULL, &V));
-    attn_view Qh, Kh, Vh, Oh;
-    Qh = attn__heads(&Q, c->d_head);
-    Kh = attn__heads(&K, c->d_head);
-    Vh = attn__heads(&V, c->d_head);
-    Oh = attn__heads(&O, c->d_head);
-    if (rope && rope->on) {
-        RUN(attn__rope_run(rope->style, rope->base, 0, &Qh, false));
-        RUN(attn__rope_run(rope->style, rope->base, 0, &Kh, false));
-    }
-    attn_sdpa_opts o = *opts;
-    o.weights = NULL;
-    o.lse = (attn_view *)sv.lse;
-    const attn__sdpa_plan *sp;
-    ATTN_TRY(attn__plan_sdpa(pl, &Qh, &Kh, &Vh, &o, false, &sp));
-    if (attn__plan_running(pl)) {
-        attn__sdpa_run(sp, &Qh, &Kh, &Vh, &Oh, NULL, o.lse, attn__plan_inner_base(pl),
-                       attn__plan_inner_size(pl));
+static attn_trace att_saved(const attn_decoder_saved *sv, int blk) {
+    attn_trace t = {0};
+    if (!sv)
+        return t;
+    attn_decoder_saved *s = (attn_decoder_saved *)sv; /* the trace's views are not const */
+    if (blk == 0) {
+        t.q = &s->sq, t.k = &s->sk, t.v = &s->sv, t.concat = &s->sconcat, t.lse = &s->slse;
     } else {
-        size_t need;
-        ATTN_TRY(attn__sdpa_need(sp, &Qh, &Kh, &Vh, &need));
-        attn__plan_inner(pl, need);
+        t.q = &s->cq, t.k = &s->ck, t.v = &s->cv, t.concat = &s->cconcat, t.lse = &s->clse;
     }
-    return attn__plan_linear(pl, &O, &p->wo, c->bias ? &p->bo : NULL, out);
+    return t;
 }
 
-/* Backward of att_fwd from its saved q, k, v, concat, lse; accumulates dxq, dxkv, g. */
-static attn_status att_bwd(const attn_mha_config *c, const attn_mha_params *p,
-                           const attn_view *xq, const attn_view *xkv,
-                           const attn_sdpa_opts *opts, const attn_rope_config *rope,
-                           att_save sv, const attn_view *dout, attn_view *dxq, attn_view *dxkv,
-                           attn_mha_params *g, attn__plan *pl) {
-    attn_dtype dt = c->dtype;
-    int64_t B = xq->shape[0], Tq = xq->shape[1], Tk = xkv->shape[1];
-    int64_t HD = c->heads * c->d_head, KD = c->kv_heads * c->d_head;
-    attn_view dQ = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
-    attn_view dK = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
-    attn_view dV = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tk, KD}, true);
-    attn_view dO = attn__plan_scratch(pl, dt, 3, (int64_t[]){B, Tq, HD}, true);
-    ATTN_TRY(attn__plan_linear_backward(pl, sv.concat, &p->wo, dout, &dO, g ? &g->wo : NULL,
-                                        g && c->bias ? &g->bo : NULL));
-    attn_view Qh, Kh, Vh, Oh, dQh, dKh, dVh, dOh;
-    Qh = attn__heads(sv.q, c->d_head);
-    Kh = attn__heads(sv.k, c->d_head);
-    Vh = attn__heads(sv.v, c->d_head);
-    Oh = attn__heads(sv.concat, c->d_head);
-    dQh = attn__heads(&dQ, c->d_head);
-    dKh = attn__heads(&dK, c->d_head);
-    dVh = attn__heads(&dV, c->d_head);
-    dOh = attn__heads(&dO, c->d_head);
-    attn_sdpa_opts o = *opts;
-    o.weights = NULL;
-    o.lse = NULL;
-    const attn__sdpa_plan *sp;
-    ATTN_TRY(attn__plan_sdpa(pl, &Qh, &Kh, &Vh, &o, false, &sp));
-    if (attn__plan_running(pl)) {
-        attn__sdpa_backward_run(sp, &Qh, &Kh, &Vh, &Oh, sv.lse, &dOh, &dQh, &dKh, &dVh,
-                                attn__plan_inner_base(pl), attn__plan_inner_size(pl));
-    } else {
-        size_t need;
-        ATTN_TRY(attn__sdpa_backward_need(sp, &Qh, &Kh, &Vh, &need));
-        attn__plan_inner(pl, need);
-    }
-    if (rope && rope->on) { /* through the rotation: rotate the gradients back */
-        RUN(attn__rope_run(rope->style, rope->base, 0, &dQh, true));
-        RUN(attn__rope_run(rope->style, rope->base, 0, &dKh, true));
-    }
-    ATTN_TRY(attn__plan_linear_backward(pl, xq, &p->wq, &dQ, dxq, g ? &g->wq : NULL,
-                                        g && c->bias ? &g->bq : NULL));
-    ATTN_TRY(attn__plan_linear_backward(pl, xkv, &p->wk, &dK, dxkv, g ? &g->wk : NULL,
-                                        g && c->bias ? &g->bk : NULL));
-    return attn__plan_linear_backward(pl, xkv, &p->wv, &dV, dxkv, g ? &g->wv : NULL,
-                                      g && c->bias ? &g->bv : NULL);
+/* The MHA call of attention blk on input a. */
+static attn__mha_dims att_dims(const attn_decoder_config *c, int blk, const attn_view *a,
+                               const attn_view *m) {
+    if (blk == 1)
+        return attn__mha_dims_cross(&c->cross, a, m);
+    attn__mha_dims d = attn__mha_dims_self(&c->self_attn, a);
+    d.rope = &c->rope;
+    return d;
 }
 
 /* out = act(a W1 + b1) W2 + b2 (the FFN layer's body), saving the hidden layer when asked. */
@@ -144,6 +76,31 @@ static const attn_view *ln_b(const attn_decoder_config *c, const attn_decoder_pa
     return p && c->ln_affine ? v[i] : NULL;
 }
 
+/* A call's config, resolved, and its parameters checked against it. */
+static attn_status call_config(const attn_decoder_config *cfg, const attn_decoder_params *p,
+                               attn_decoder_config *c) {
+    ATTN_TRY(attn_decoder_config_resolve(cfg, c));
+    return attn__dec_check_params(c, p);
+}
+
+/* What a size query runs on: the resolved config and parameters of its shapes alone. */
+typedef struct dec_query {
+    attn_decoder_config c;
+    attn_decoder_params p;
+} dec_query;
+
+/* false: cfg is invalid (the query answers 0). */
+static bool query_init(const attn_decoder_config *cfg, dec_query *q) {
+    return attn_decoder_config_resolve(cfg, &q->c) == ATTN_OK &&
+           attn__dec_shape_params(&q->c, &q->p) == ATTN_OK;
+}
+
+/* The counting pass of body over args: the workspace, or 0 when it refuses them. */
+static size_t query_need(attn__layer_body body, const void *args) {
+    size_t need;
+    return attn__layer_need(body, args, &need) == ATTN_OK ? need : 0;
+}
+
 /* ---- the whole-sequence forward ----------------------------------------------- */
 
 typedef struct dec_args {
@@ -162,15 +119,12 @@ typedef struct dec_args {
 static attn_status sub_fwd(const dec_args *d, int blk, const attn_view *a, attn_view *h,
                            const attn_decoder_saved *sv, attn__plan *pl) {
     const attn_decoder_config *c = d->c;
-    if (blk == 0) {
-        att_save s =
-            sv ? (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse} : (att_save){0};
-        return att_fwd(&c->self_attn, &d->p->self_attn, a, a, d->so, &c->rope, h, s, pl);
-    }
-    if (blk == 1) {
-        att_save s =
-            sv ? (att_save){&sv->cq, &sv->ck, &sv->cv, &sv->cconcat, &sv->clse} : (att_save){0};
-        return att_fwd(&c->cross, &d->p->cross, a, d->m, d->co, NULL, h, s, pl);
+    if (blk < 2) {
+        attn__mha_dims dm = att_dims(c, blk, a, d->m);
+        attn_trace tr = att_saved(sv, blk);
+        return attn__mha_forward_body(blk ? &c->cross : &c->self_attn,
+                                      blk ? &d->p->cross : &d->p->self_attn, &dm,
+                                      blk ? d->co : d->so, h, &tr, pl);
     }
     return ffn_fwd(&c->ffn, &d->p->ffn, a, h, sv ? &sv->hid_pre : NULL, sv ? &sv->hid : NULL,
                    pl);
@@ -227,8 +181,7 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
                                const attn_view *x, const attn_view *m,
                                const attn_sdpa_opts **so, const attn_sdpa_opts **co,
                                attn_decoder_config *c) {
-    ATTN_TRY(attn_decoder_config_resolve(cfg, c));
-    ATTN_TRY(attn__dec_check_params(c, p));
+    ATTN_TRY(call_config(cfg, p, c));
     if (!x)
         return ATTN_EINVAL;
     if (attn__dec_has_cross(c) != (m != NULL))
@@ -285,19 +238,14 @@ static attn_status fwd_cb(const void *args, attn__plan *pl) {
 size_t attn_decoder_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
                                    const attn_view *memory, const attn_sdpa_opts *self_opts,
                                    const attn_sdpa_opts *cross_opts) {
-    attn_decoder_config c;
-    attn_decoder_params p;
+    dec_query q;
     attn_view out;
-    size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
-        attn__dec_shape_params(&c, &p) != ATTN_OK)
+    if (!query_init(cfg, &q) ||
+        dec_prepare(cfg, &q.p, x, memory, &self_opts, &cross_opts, &q.c) != ATTN_OK ||
+        attn__shape_view(q.c.self_attn.dtype, 3, x->shape, &out) != ATTN_OK)
         return 0;
-    if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
-        return 0;
-    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &out) != ATTN_OK)
-        return 0;
-    dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .out = &out};
-    return attn__layer_need(fwd_cb, &d, &need) == ATTN_OK ? need : 0;
+    dec_args d = {&q.c, &q.p, x, memory, self_opts, cross_opts, .out = &out};
+    return query_need(fwd_cb, &d);
 }
 
 attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_decoder_params *p,
@@ -327,14 +275,14 @@ static attn_status sub_bwd(const dec_args *d, int blk, const attn_view *a,
                            const attn_decoder_saved *sv, const attn_view *dh, attn_view *da,
                            attn_view *dm, attn_decoder_params *g, attn__plan *pl) {
     const attn_decoder_config *c = d->c;
-    if (blk == 0)
-        return att_bwd(&c->self_attn, &d->p->self_attn, a, a, d->so, &c->rope,
-                       (att_save){&sv->sq, &sv->sk, &sv->sv, &sv->sconcat, &sv->slse}, dh, da,
-                       da, g ? &g->self_attn : NULL, pl);
-    if (blk == 1)
-        return att_bwd(&c->cross, &d->p->cross, a, d->m, d->co, NULL,
-                       (att_save){&sv->cq, &sv->ck, &sv->cv, &sv->cconcat, &sv->clse}, dh, da,
-                       dm, g ? &g->cross : NULL, pl);
+    if (blk < 2) {
+        attn__mha_dims dd = att_dims(c, blk, a, d->m);
+        attn_trace cache = att_saved(sv, blk);
+        attn_mha_params *gm = g ? (blk ? &g->cross : &g->self_attn) : NULL;
+        return attn__mha_backward_body(
+            blk ? &c->cross : &c->self_attn, blk ? &d->p->cross : &d->p->self_attn, &dd,
+            blk ? d->co : d->so, &cache, dh, da, blk ? dm : NULL, gm, pl);
+    }
     return ffn_bwd(&c->ffn, &d->p->ffn, a, &sv->hid_pre, &sv->hid, dh, da, g ? &g->ffn : NULL,
                    pl);
 }
@@ -392,34 +340,35 @@ size_t attn_decoder_backward_workspace_size(const attn_decoder_config *cfg, cons
                                             const attn_view *memory,
                                             const attn_sdpa_opts *self_opts,
                                             const attn_sdpa_opts *cross_opts) {
-    attn_decoder_config c;
-    attn_decoder_params p;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
-        attn__dec_shape_params(&c, &p) != ATTN_OK)
+    dec_query q;
+    if (!query_init(cfg, &q) ||
+        dec_prepare(cfg, &q.p, x, memory, &self_opts, &cross_opts, &q.c) != ATTN_OK)
         return 0;
-    if (dec_prepare(cfg, &p, x, memory, &self_opts, &cross_opts, &c) != ATTN_OK)
-        return 0;
+    const attn_decoder_config *c = &q.c;
     int64_t sh[ATTN__DEC_NSAVED][3];
     int nd[ATTN__DEC_NSAVED];
-    attn__dec_saved_shapes(&c, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1, sh, nd);
+    attn__dec_saved_shapes(c, x->shape[0], x->shape[1], memory ? memory->shape[1] : 1, sh, nd);
     attn_decoder_saved sv;
     memset(&sv, 0, sizeof sv);
     for (int i = 0; i < ATTN__DEC_NSAVED; ++i)
         if (nd[i])
-            if (attn__shape_view(c.self_attn.dtype, nd[i], sh[i],
+            if (attn__shape_view(c->self_attn.dtype, nd[i], sh[i],
                                  attn__dec_saved_slot(&sv, i)) != ATTN_OK)
                 return 0;
     /* every gradient wanted (dx, dmemory, all parameters), as the doc says */
     attn_view dout, dx, dm;
-    attn_decoder_params g = p;
-    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &dout) != ATTN_OK ||
-        attn__shape_view(c.self_attn.dtype, 3, x->shape, &dx) != ATTN_OK ||
-        (memory && attn__shape_view(c.self_attn.dtype, 3, memory->shape, &dm) != ATTN_OK))
+    attn_decoder_params g = q.p;
+    if (attn__shape_view(c->self_attn.dtype, 3, x->shape, &dout) != ATTN_OK ||
+        attn__shape_view(c->self_attn.dtype, 3, x->shape, &dx) != ATTN_OK ||
+        (memory && attn__shape_view(c->self_attn.dtype, 3, memory->shape, &dm) != ATTN_OK))
         return 0;
-    dec_args d = {&c, &p, x, memory, self_opts, cross_opts, .sv = &sv, .dout = &dout,
-                  .dx = &dx, .dm = memory ? &dm : NULL, .g = &g};
-    size_t need;
-    return attn__layer_need(bwd_cb, &d, &need) == ATTN_OK ? need : 0;
+    dec_args d = {c,         &q.p,
+                  x,         memory,
+                  self_opts, cross_opts,
+                  .sv = &sv, .dout = &dout,
+                  .dx = &dx, .dm = memory ? &dm : NULL,
+                  .g = &g};
+    return query_need(bwd_cb, &d);
 }
 
 static attn_status check_grad(const attn_view *g, const attn_view *like) {
@@ -524,16 +473,11 @@ static attn_status mem_cb(const void *args, attn__plan *pl) {
 
 size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cfg,
                                           const attn_view *memory, const attn_kv_cache *mem) {
-    attn_decoder_config c;
-    attn_decoder_params p;
-    size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
-        attn__dec_shape_params(&c, &p) != ATTN_OK)
+    dec_query q;
+    if (!query_init(cfg, &q) || mem_prepare(cfg, &q.p, memory, NULL, mem, &q.c) != ATTN_OK)
         return 0;
-    if (mem_prepare(cfg, &p, memory, NULL, mem, &c) != ATTN_OK)
-        return 0;
-    mem_args a = {&c, &p, memory, NULL, mem};
-    return attn__layer_need(mem_cb, &a, &need) == ATTN_OK ? need : 0;
+    mem_args a = {&q.c, &q.p, memory, NULL, mem};
+    return query_need(mem_cb, &a);
 }
 
 attn_status attn_decoder_memory(const attn_decoder_config *cfg, const attn_decoder_params *p,
@@ -614,8 +558,7 @@ static attn_status step_prepare(const attn_decoder_config *cfg, const attn_decod
                                 const attn_step_opts *o, const attn_view *x,
                                 const attn_kv_cache *kc, const attn_kv_cache *mc,
                                 attn_step_opts *oc, attn_decoder_config *c) {
-    ATTN_TRY(attn_decoder_config_resolve(cfg, c));
-    ATTN_TRY(attn__dec_check_params(c, p));
+    ATTN_TRY(call_config(cfg, p, c));
     if (o->rope.on)
         return ATTN_EINVAL; /* a decoder's RoPE is in its config */
     if (attn__dec_has_cross(c) != (mc != NULL))
@@ -639,22 +582,17 @@ static attn_status step_cb(const void *args, attn__plan *pl) {
 size_t attn_decoder_step_workspace_size(const attn_decoder_config *cfg, const attn_view *x,
                                         const attn_kv_cache *self_cache,
                                         const attn_kv_cache *mem, const attn_step_opts *opts) {
-    attn_decoder_config c;
-    attn_decoder_params p;
+    dec_query q;
     attn_step_opts oc;
     attn_view out;
-    size_t need;
-    if (attn_decoder_config_resolve(cfg, &c) != ATTN_OK ||
-        attn__dec_shape_params(&c, &p) != ATTN_OK)
-        return 0;
     if (!opts)
         opts = &no_step_opts;
-    if (step_prepare(cfg, &p, opts, x, self_cache, mem, &oc, &c) != ATTN_OK)
+    if (!query_init(cfg, &q) ||
+        step_prepare(cfg, &q.p, opts, x, self_cache, mem, &oc, &q.c) != ATTN_OK ||
+        attn__shape_view(q.c.self_attn.dtype, 3, x->shape, &out) != ATTN_OK)
         return 0;
-    if (attn__shape_view(c.self_attn.dtype, 3, x->shape, &out) != ATTN_OK)
-        return 0;
-    step_args s = {&c, &p, opts, &oc, x, self_cache, mem, &out};
-    return attn__layer_need(step_cb, &s, &need) == ATTN_OK ? need : 0;
+    step_args s = {&q.c, &q.p, opts, &oc, x, self_cache, mem, &out};
+    return query_need(step_cb, &s);
 }
 
 attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder_params *p,

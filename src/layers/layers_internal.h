@@ -153,10 +153,17 @@ ATTN_HIDDEN attn_view attn__cols(const attn_view *x, int64_t c0, int64_t n);
 ATTN_HIDDEN int attn__trace_out_views(const attn_trace *t, const attn_view **l, int n,
                                       attn_view *cat);
 
-/* Shapes of the activations of one MHA call, after validation. */
+/*
+ * One MHA call after validation: the activations' shapes, its inputs, and the
+ * rotation of its queries and keys (the decoder's RoPE at positions 0..; NULL or
+ * off: none). The forward rotates the projected q and k in place (a trace's q
+ * and k keep them rotated, as the backward reads them); the backward rotates
+ * dq and dk back before the projections' backward.
+ */
 typedef struct attn__mha_dims {
     int64_t B, Tq, Tk, HD, KD;
     const attn_view *xq, *xkv;
+    const attn_rope_config *rope;
 } attn__mha_dims;
 
 /* The views of a parameter (or gradient) struct that cfg uses, appended to l[n..]. */
@@ -166,8 +173,11 @@ ATTN_HIDDEN attn_status attn__mha_check_params(const attn_mha_config *c,
                                                const attn_mha_params *p);
 ATTN_HIDDEN attn_status attn__mha_shape_params(const attn_mha_config *c,
                                                attn_mha_params *p);
-/* Self-attention dims of x (B, T, C). */
+/* Self-attention dims of x (B, T, C); cross-attention dims of x_q (B, Tq, C) and x_kv (B, Tk,
+ * Ckv). No RoPE. */
 ATTN_HIDDEN attn__mha_dims attn__mha_dims_self(const attn_mha_config *c, const attn_view *x);
+ATTN_HIDDEN attn__mha_dims attn__mha_dims_cross(const attn_mha_config *c, const attn_view *x_q,
+                                                const attn_view *x_kv);
 /* The trace views MHA fills (q, k, v, concat, scores, attention, read_values, lse). */
 ATTN_HIDDEN attn_status attn__mha_check_trace(const attn_mha_config *c,
                                               const attn__mha_dims *d, const attn_trace *tr);

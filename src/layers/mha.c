@@ -151,6 +151,14 @@ attn__mha_dims attn__mha_dims_self(const attn_mha_config *c, const attn_view *x)
     return d;
 }
 
+attn__mha_dims attn__mha_dims_cross(const attn_mha_config *c, const attn_view *x_q,
+                                    const attn_view *x_kv) {
+    attn__mha_dims d = attn__mha_dims_self(c, x_q);
+    d.xkv = x_kv;
+    d.Tk = x_kv->shape[1];
+    return d;
+}
+
 /* x_q (B, Tq, C) and x_kv (B, Tk, Ckv; NULL = x_q) against the config. */
 static attn_status mha_inputs(const attn_mha_config *c, const attn_view *x_q,
                               const attn_view *x_kv, attn__mha_dims *d) {
@@ -168,8 +176,7 @@ static attn_status mha_inputs(const attn_mha_config *c, const attn_view *x_q,
             return ATTN_EDTYPE;
         if (x_kv->ndim != 3 || x_kv->shape[0] != d->B || x_kv->shape[2] != c->d_kv)
             return ATTN_ESHAPE;
-        d->xkv = x_kv;
-        d->Tk = x_kv->shape[1];
+        *d = attn__mha_dims_cross(c, x_q, x_kv);
     } else if (c->d_kv != c->d_model) {
         return ATTN_ESHAPE;
     }
@@ -272,6 +279,15 @@ static attn_status qkv_project(const attn_mha_config *c, const attn_mha_params *
     return attn__plan_linear(pl, d->xkv, &p->wv, bv, V);
 }
 
+/* The call's RoPE on the heads of q and k (backward: rotated back), while running. */
+static void rope_qk(const attn__mha_dims *d, const attn__plan *pl, attn_view *qh, attn_view *kh,
+                    bool backward) {
+    if (!d->rope || !d->rope->on || !attn__plan_running(pl))
+        return;
+    attn__rope_run(d->rope->style, d->rope->base, 0, qh, backward);
+    attn__rope_run(d->rope->style, d->rope->base, 0, kh, backward);
+}
+
 attn_status attn__mha_forward_body(const attn_mha_config *c, const attn_mha_params *p,
                                    const attn__mha_dims *d, const attn_sdpa_opts *opts,
                                    attn_view *out, const attn_trace *tr, attn__plan *pl) {
@@ -292,6 +308,7 @@ attn_status attn__mha_forward_body_res(const attn_mha_config *c, const attn_mha_
     /* heads are views: (B, T, H*D) -> (B, H, T, D); sdpa writes O merged in place */
     attn_view Qh = attn__heads(&Q, c->d_head), Kh = attn__heads(&K, c->d_head);
     attn_view Vh = attn__heads(&V, c->d_head), Oh = attn__heads(&O, c->d_head);
+    rope_qk(d, pl, &Qh, &Kh, false);
     attn_sdpa_opts o = *opts;
     o.weights = tr->attention;
     o.lse = tr->lse;
@@ -499,6 +516,7 @@ attn_status attn__mha_backward_body_dx(const attn_mha_config *c, const attn_mha_
     if (attn__plan_running(pl)) {
         attn__sdpa_backward_run(sp, &Qh, &Kh, &Vh, &Oh, cache->lse, &dOh, &dQh, &dKh, &dVh,
                                 attn__plan_inner_base(pl), attn__plan_inner_size(pl));
+        rope_qk(d, pl, &dQh, &dKh, true); /* through the rotation */
     } else {
         size_t need;
         ATTN_TRY(attn__sdpa_backward_need(sp, &Qh, &Kh, &Vh, &need));
