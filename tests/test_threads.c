@@ -940,8 +940,8 @@ END_TEST
 
 /* ---- threads = 1: one thread, the BLAS's products included --------------------------- */
 
-/* attn_sdpa with opts.threads = 1 runs its 4 heads' products with the BLAS on one thread,
-   and restores the BLAS's count afterwards. */
+/* attn_sdpa and attn_encoder_forward with opts.threads = 1 run every product with the
+   BLAS on one thread, and restore the BLAS's count afterwards. */
 START_TEST(th_one_thread_blas_too) {
     pthread_once(&blas_once, blas_lookup);
     ck_assert_ptr_nonnull(real_sgemm);
@@ -976,6 +976,38 @@ START_TEST(th_one_thread_blas_too) {
                   atomic_load(&sgemm_most));
     ck_assert_int_eq(blas_threads_now(), before);
     free(q), free(work);
+
+    /* a layer: the encoder block's projections and FFN products too */
+    attn_encoder_config cfg = {
+        .mha = {.dtype = ATTN_F32, .d_model = 256, .heads = 4, .bias = true},
+        .ffn = {.dtype = ATTN_F32, .d_model = 256, .d_ff = 1024, .act = ATTN_ACT_GELU_ERF,
+                .bias = true},
+        .norm = ATTN_PRE_NORM, .ln_affine = true};
+    OK(attn_encoder_config_resolve(&cfg, &cfg));
+    size_t pb = attn_encoder_params_size(&cfg);
+    void *slab = aligned_alloc(64, (pb + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(slab);
+    memset(slab, 0, (pb + 63) / 64 * 64);
+    attn_encoder_params prm;
+    OK(attn_encoder_params_bind(&prm, &cfg, slab, pb));
+    int64_t xs[3] = {1, 256, 256};
+    float *xy = calloc(2 * 256 * 256, sizeof *xy);
+    ck_assert_ptr_nonnull(xy);
+    attn_view x, y;
+    OK(attn_view_init(&x, ATTN_F32, xy, 3, xs));
+    OK(attn_view_init(&y, ATTN_F32, xy + 256 * 256, 3, xs));
+    atomic_store(&sgemm_calls, 0);
+    atomic_store(&sgemm_most, 0);
+    atomic_store(&sgemm_armed, 1);
+    st = attn_encoder_forward(&cfg, &prm, &x, &o, &y, NULL, NULL, 0);
+    atomic_store(&sgemm_armed, 0);
+    OK(st);
+    ck_assert_msg(atomic_load(&sgemm_calls) >= 4, "%d cblas_sgemm calls seen", atomic_load(&sgemm_calls));
+    ck_assert_msg(atomic_load(&sgemm_most) == 1,
+                  "encoder, threads = 1: a product ran with %d BLAS threads",
+                  atomic_load(&sgemm_most));
+    ck_assert_int_eq(blas_threads_now(), before);
+    free(slab), free(xy);
 }
 END_TEST
 

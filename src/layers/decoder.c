@@ -266,7 +266,7 @@ attn_status attn_decoder_forward(const attn_decoder_config *cfg, const attn_deco
     int nout = attn__dec_saved_views(&c, saved, outs, 1),
         nin = attn__dec_param_views(&c, p, ins, 6);
     dec_args d = {&c, p, x, memory, self_opts, cross_opts, .out = out, .sv = saved};
-    return attn__layer_exec(fwd_cb, &d, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(fwd_cb, &d, self_opts->threads, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- the backward ---------------------------------------------------------------- */
@@ -409,7 +409,7 @@ attn_status attn_decoder_backward(const attn_decoder_config *cfg, const attn_dec
                   .sv = saved, .dout = dout,
                   .dx = dx,    .dm = dmemory,
                   .g = grads};
-    return attn__layer_exec(bwd_cb, &d, outs, no, ins, ni, work, work_size);
+    return attn__layer_exec(bwd_cb, &d, self_opts->threads, outs, no, ins, ni, work, work_size);
 }
 
 /* ---- the memory, projected once --------------------------------------------------- */
@@ -489,7 +489,7 @@ attn_status attn_decoder_memory(const attn_decoder_config *cfg, const attn_decod
     const attn_view *outs[ATTN__MAX_ALIAS] = {&mem->k, &mem->v, &lv};
     const attn_view *ins[ATTN__MAX_ALIAS] = {memory};
     mem_args a = {&c, p, memory, mem_len, mem};
-    return attn__layer_exec(mem_cb, &a, outs, 3, ins,
+    return attn__layer_exec(mem_cb, &a, 0, outs, 3, ins,
                             attn__mha_views(&c.cross, &p->cross, ins, 1), work, work_size);
 }
 
@@ -616,7 +616,7 @@ attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder
                                              mem ? &mem->v : NULL,
                                              mem ? &mlv : NULL};
     step_args s = {&c, p, opts, &oc, x, self_cache, mem, out};
-    ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, attn__dec_param_views(&c, p, ins, 6),
+    ATTN_TRY(attn__layer_exec(step_cb, &s, opts->threads, outs, 4, ins, attn__dec_param_views(&c, p, ins, 6),
                               work, work_size));
     attn__mha_step_commit(opts, x, self_cache);
     return ATTN_OK;

@@ -263,7 +263,7 @@ attn_status attn_encoder_forward(const attn_encoder_config *cfg, const attn_enco
     const attn_view *outs[ATTN__MAX_ALIAS] = {out};
     attn_view cat;
     int nout = attn__trace_out_views(trace, outs, 1, &cat), nin = enc_views(&c, p, ins, 3);
-    return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(forward_body, &a, a.opts->threads, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -448,5 +448,5 @@ attn_status attn_encoder_backward(const attn_encoder_config *cfg, const attn_enc
     const attn_view *outs[ATTN__MAX_ALIAS] = {dx};
     int nout = enc_views(&c, grads, outs, 1);
     int nin = enc_views(&c, p, ins, attn__trace_views(cache, ins, 4));
-    return attn__layer_exec(backward_body, &a, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(backward_body, &a, a.opts->threads, outs, nout, ins, nin, work, work_size);
 }

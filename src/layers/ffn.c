@@ -220,7 +220,7 @@ attn_status attn_ffn_forward(const attn_ffn_config *cfg, const attn_ffn_params *
     a.out = out;
     const attn_view *ins[ATTN__MAX_ALIAS] = {x}, *outs[ATTN__MAX_ALIAS] = {out};
     int nout = attn__trace_views(trace, outs, 1), nin = attn__ffn_views(&c, p, ins, 1);
-    return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(forward_body, &a, 0, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -298,5 +298,5 @@ attn_status attn_ffn_backward(const attn_ffn_config *cfg, const attn_ffn_params 
     const attn_view *ins[ATTN__MAX_ALIAS] = {x, dout}, *outs[ATTN__MAX_ALIAS] = {dx};
     int nout = attn__ffn_views(&c, grads, outs, 1);
     int nin = attn__ffn_views(&c, p, ins, attn__trace_views(cache, ins, 2));
-    return attn__layer_exec(backward_body, &a, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(backward_body, &a, 0, outs, nout, ins, nin, work, work_size);
 }

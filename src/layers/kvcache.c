@@ -384,7 +384,7 @@ attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
     const attn_view *outs[ATTN__MAX_ALIAS] = {out, &cache->k, &cache->v, &lv};
     const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias};
     step_call a = {&c, p, opts, x, cache, out};
-    ATTN_TRY(attn__layer_exec(step_body, &a, outs, 4, ins, attn__mha_views(&c, p, ins, 3), work,
+    ATTN_TRY(attn__layer_exec(step_body, &a, opts->threads, outs, 4, ins, attn__mha_views(&c, p, ins, 3), work,
                               work_size));
     attn__mha_step_commit(opts, x, cache);
     return ATTN_OK;

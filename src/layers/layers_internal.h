@@ -37,9 +37,10 @@ ATTN_HIDDEN attn_status attn__layer_need(attn__layer_body body, const void *args
  * A whole layer call after its views were checked: count (the remaining
  * validation), the aliasing of every output against every input and every
  * other output, the workspace (acquired or checked, and not overlapping any
- * view), then run.
+ * view), then run, as one attn call with the given thread option (threads = 1:
+ * every product on the calling thread; src/core/threads.c).
  */
-ATTN_HIDDEN attn_status attn__layer_exec(attn__layer_body body, const void *args,
+ATTN_HIDDEN attn_status attn__layer_exec(attn__layer_body body, const void *args, int threads,
                                          const attn_view *const *outs, int nout,
                                          const attn_view *const *ins, int nin, void *work,
                                          size_t work_size);

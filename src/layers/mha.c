@@ -407,7 +407,7 @@ attn_status attn_mha_forward(const attn_mha_config *cfg, const attn_mha_params *
     attn_view cat;
     int nout = attn__trace_out_views(trace, outs, 1, &cat);
     int nin = attn__mha_views(&c, p, ins, 4);
-    return attn__layer_exec(forward_body, &a, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(forward_body, &a, a.opts->threads, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -599,7 +599,7 @@ attn_status attn_mha_backward(const attn_mha_config *cfg, const attn_mha_params 
     const attn_view *outs[ATTN__MAX_ALIAS] = {dx_q, a.dx_kv};
     int nout = attn__mha_views(&c, grads, outs, 2);
     int nin = attn__mha_views(&c, p, ins, attn__trace_views(cache, ins, 5));
-    return attn__layer_exec(backward_body, &a, outs, nout, ins, nin, work, work_size);
+    return attn__layer_exec(backward_body, &a, a.opts->threads, outs, nout, ins, nin, work, work_size);
 }
 
 /* ---- the cache a backward reads ------------------------------------------- */

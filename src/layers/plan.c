@@ -186,7 +186,7 @@ attn_status attn__layer_need(attn__layer_body body, const void *args, size_t *by
     return plan_total(&cnt, bytes);
 }
 
-attn_status attn__layer_exec(attn__layer_body body, const void *args,
+attn_status attn__layer_exec(attn__layer_body body, const void *args, int threads,
                              const attn_view *const *outs, int nout,
                              const attn_view *const *ins, int nin, void *work,
                              size_t work_size) {
@@ -205,7 +205,9 @@ attn_status attn__layer_exec(attn__layer_body body, const void *args,
     pl.size = work_size;
     pl.used = 0;
     pl.next_sdpa = 0;
+    int tok = attn__one_thread_begin(threads);
     attn_status st = body(args, &pl);
+    attn__one_thread_end(tok);
     ATTN_ASSERT(st == ATTN_OK); /* the counting pass validated every step */
     free(owned);
     return st;
