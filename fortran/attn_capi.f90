@@ -197,6 +197,15 @@ module attn_capi
     integer(c_int64_t) :: split = 0_c_int64_t
   end type attn_step_opts
 
+  ! decode.h: struct attn_decode_opts
+  type, bind(c), public :: attn_decode_opts
+    real(c_double) :: scale = 0.0_c_double
+    type(c_ptr) :: keep = c_null_ptr
+    type(c_ptr) :: bias = c_null_ptr
+    integer(c_int) :: threads = 0_c_int
+    integer(c_int64_t) :: split = 0_c_int64_t
+  end type attn_decode_opts
+
   ! decode.h: struct attn_decoder_config
   type, bind(c), public :: attn_decoder_config
     type(attn_mha_config) :: self_attn
@@ -919,13 +928,13 @@ module attn_capi
     end function attn_mha_step_workspace_size
     function attn_sdpa_decode(q, k, v, len, causal, opts, out, lse, work, work_size) bind(c, &
       name='attn_sdpa_decode')
-      import :: attn_step_opts, attn_view, c_bool, c_int, c_int64_t, c_ptr, c_size_t
+      import :: attn_decode_opts, attn_view, c_bool, c_int, c_int64_t, c_ptr, c_size_t
       type(attn_view), intent(in), optional :: q
       type(attn_view), intent(in), optional :: k
       type(attn_view), intent(in), optional :: v
       integer(c_int64_t), intent(in) :: len(*)
       logical(c_bool), value :: causal
-      type(attn_step_opts), intent(in), optional :: opts
+      type(attn_decode_opts), intent(in), optional :: opts
       type(attn_view), optional :: out
       type(attn_view), optional :: lse
       type(c_ptr), value :: work
@@ -934,11 +943,11 @@ module attn_capi
     end function attn_sdpa_decode
     function attn_sdpa_decode_workspace_size(q, k, v, opts) bind(c, &
       name='attn_sdpa_decode_workspace_size')
-      import :: attn_step_opts, attn_view, c_size_t
+      import :: attn_decode_opts, attn_view, c_size_t
       type(attn_view), intent(in), optional :: q
       type(attn_view), intent(in), optional :: k
       type(attn_view), intent(in), optional :: v
-      type(attn_step_opts), intent(in), optional :: opts
+      type(attn_decode_opts), intent(in), optional :: opts
       integer(c_size_t) :: attn_sdpa_decode_workspace_size
     end function attn_sdpa_decode_workspace_size
     function attn_decoder_config_resolve(cfg, out) bind(c, name='attn_decoder_config_resolve')

@@ -114,6 +114,12 @@ int main(void) {
     printf("attn_step_opts.rope %zu %zu\n", offsetof(attn_step_opts, rope), sizeof(((const attn_step_opts *)0)->rope));
     printf("attn_step_opts.threads %zu %zu\n", offsetof(attn_step_opts, threads), sizeof(((const attn_step_opts *)0)->threads));
     printf("attn_step_opts.split %zu %zu\n", offsetof(attn_step_opts, split), sizeof(((const attn_step_opts *)0)->split));
+    printf("attn_decode_opts %zu\n", sizeof(attn_decode_opts));
+    printf("attn_decode_opts.scale %zu %zu\n", offsetof(attn_decode_opts, scale), sizeof(((const attn_decode_opts *)0)->scale));
+    printf("attn_decode_opts.keep %zu %zu\n", offsetof(attn_decode_opts, keep), sizeof(((const attn_decode_opts *)0)->keep));
+    printf("attn_decode_opts.bias %zu %zu\n", offsetof(attn_decode_opts, bias), sizeof(((const attn_decode_opts *)0)->bias));
+    printf("attn_decode_opts.threads %zu %zu\n", offsetof(attn_decode_opts, threads), sizeof(((const attn_decode_opts *)0)->threads));
+    printf("attn_decode_opts.split %zu %zu\n", offsetof(attn_decode_opts, split), sizeof(((const attn_decode_opts *)0)->split));
     printf("attn_decoder_config %zu\n", sizeof(attn_decoder_config));
     printf("attn_decoder_config.self_attn %zu %zu\n", offsetof(attn_decoder_config, self_attn), sizeof(((const attn_decoder_config *)0)->self_attn));
     printf("attn_decoder_config.cross %zu %zu\n", offsetof(attn_decoder_config, cross), sizeof(((const attn_decoder_config *)0)->cross));

@@ -534,7 +534,7 @@ static void br_enum(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, at
 START_TEST(ring_err_local) {
     int last = nranks - 1;
     expect_error(br_null_q, last, ATTN_EINVAL, "NULL q on the last rank");
-    expect_error(br_kvlen, 0, ATTN_EINVAL, "kv_len beyond the block on rank 0");
+    expect_error(br_kvlen, 0, ATTN_ERANGE, "kv_len beyond the block on rank 0");
     expect_error(br_enum, last, ATTN_EINVAL, "bad layout enum on the last rank");
     expect_error(br_alias, 0, ATTN_EALIAS, "out aliases q on rank 0");
     expect_error(br_lse_shape, last, ATTN_ESHAPE, "lse shape on the last rank");

@@ -271,11 +271,12 @@ typedef struct attn_sdpa_opts {
  * the thread count: query and call with the same opts and OMP_NUM_THREADS);
  * work == NULL && work_size == 0 allocates for this call.
  * Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out, bad enum, scale not finite,
- * negative block or threads, kv_len out of range), ATTN_EDTYPE (mixed
- * dtypes, keep not U8, bias/weights/lse not q's dtype), ATTN_ESHAPE (4-D
- * shapes that disagree, H % Hkv != 0, masks that do not broadcast, weights
- * or lse of the wrong shape), ATTN_ESTRIDE (an output overlaps itself),
- * ATTN_EALIAS, ATTN_ERANGE (D, Dv or a materialized row beyond INT_MAX),
+ * negative block or threads), ATTN_EDTYPE (mixed dtypes, keep not U8,
+ * bias/weights/lse not q's dtype), ATTN_ESHAPE (4-D shapes that disagree,
+ * H % Hkv != 0, masks that do not broadcast, weights or lse of the wrong
+ * shape), ATTN_ESTRIDE (an output overlaps itself), ATTN_EALIAS,
+ * ATTN_ERANGE (kv_len[b] outside [0, Tk], as every per-batch length; D, Dv
+ * or a materialized row beyond INT_MAX),
  * ATTN_EUNSUPPORTED (weights with ATTN_ALGO_TILED), ATTN_EWORKSPACE,
  * ATTN_ENOMEM. On error nothing is written. Since 0.1.
  */

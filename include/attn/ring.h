@@ -100,12 +100,13 @@ typedef struct attn_ring_opts {
  *
  * Every rank returns the same status (the ranks agree on it before
  * returning): ATTN_OK; ATTN_EINVAL (NULL argument, malformed view, bad enum,
- * non-finite scale, kv_len outside [0, T_r], threads < 0, or scale / causal
- * / layout differ across ranks); ATTN_EDTYPE (not F32/F64, mixed, or dtypes
- * differ across ranks); ATTN_ESHAPE (shapes inconsistent locally, H % Hkv,
- * or B, H, Hkv, D, Dv differ across ranks); ATTN_ESTRIDE (an output overlaps
- * itself); ATTN_EALIAS; ATTN_ERANGE (sizes overflow, or a K/V block of more
- * than INT_MAX elements: one MPI message); ATTN_EWORKSPACE; ATTN_ENOMEM;
+ * non-finite scale, threads < 0, or scale / causal / layout differ across
+ * ranks); ATTN_EDTYPE (not F32/F64, mixed, or dtypes differ across ranks);
+ * ATTN_ESHAPE (shapes inconsistent locally, H % Hkv, or B, H, Hkv, D, Dv
+ * differ across ranks); ATTN_ESTRIDE (an output overlaps itself);
+ * ATTN_EALIAS; ATTN_ERANGE (kv_len outside [0, T_r], as every per-batch
+ * length; sizes overflow, or a K/V block of more than INT_MAX elements: one
+ * MPI message); ATTN_EWORKSPACE; ATTN_ENOMEM;
  * ATTN_EMPI (comm is MPI_COMM_NULL or an intercommunicator, MPI not
  * initialized or already finalized, or an MPI call failed on some rank).
  * When several ranks fail differently the largest status code wins.

@@ -48,18 +48,6 @@ static void tile(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t j0,
 }
 
 /* An optional gradient view: same dtype and shape as its input. */
-static attn_status check_grad(const attn_view *g, const attn_view *like) {
-    if (!g)
-        return ATTN_OK;
-    ATTN_TRY(attn__check_float(g, 4));
-    if (g->dtype != like->dtype)
-        return ATTN_EDTYPE;
-    for (int d = 0; d < 4; ++d)
-        if (g->shape[d] != like->shape[d])
-            return ATTN_ESHAPE;
-    return ATTN_OK;
-}
-
 /* The per-thread scratch, from the plan and q, k, v alone (the query knows no more). */
 static attn_status layout(bwd_ctx *c) {
     const attn__sdpa_plan *p = c->p;
@@ -110,25 +98,22 @@ attn_status attn__sdpa_backward_check(const attn__sdpa_plan *p, const attn_view 
                                       const attn_view *lse, const attn_view *dout,
                                       const attn_view *dq, const attn_view *dk,
                                       const attn_view *dv) {
-    if (!out || !lse || !dout)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn__check_float(out, 4));
-    ATTN_TRY(attn__check_float(dout, 4));
-    ATTN_TRY(attn__check_float(lse, 3));
-    if (out->dtype != p->dt || dout->dtype != p->dt || lse->dtype != p->dt)
-        return ATTN_EDTYPE;
     int64_t os[4] = {p->B, p->H, p->Tq, p->Dv};
-    for (int d = 0; d < 4; ++d)
-        if (out->shape[d] != os[d] || dout->shape[d] != os[d] ||
-            (d < 3 && lse->shape[d] != os[d]))
-            return ATTN_ESHAPE;
-    ATTN_TRY(check_grad(dq, q));
-    ATTN_TRY(check_grad(dk, k));
-    ATTN_TRY(check_grad(dv, v));
-    const attn_view *grads[3] = {dq, dk, dv};
+    const attn__spec saved[3] = {
+        {out, true, 4, {os[0], os[1], os[2], os[3]}},
+        {lse, true, 3, {os[0], os[1], os[2]}},
+        {dout, true, 4, {os[0], os[1], os[2], os[3]}},
+    };
+    ATTN_TRY(attn__check_views(p->dt, saved, 3));
+    /* the gradients: optional, shaped as q, k, v */
+    attn__spec grads[3] = {{dq, false, 4, {0}}, {dk, false, 4, {0}}, {dv, false, 4, {0}}};
+    const attn_view *like[3] = {q, k, v};
+    for (int i = 0; i < 3; ++i)
+        for (int d = 0; d < 4; ++d)
+            grads[i].shape[d] = like[i]->shape[d];
     const attn_view *ins[8] = {q, k, v, out, lse, dout, opts ? opts->keep : NULL,
                                opts ? opts->bias : NULL};
-    return attn__check_aliasing(grads, 3, ins, 8);
+    return attn__check_outputs(p->dt, grads, 3, ins, 8);
 }
 /*
  * Who writes what (docs/design.md "sdpa"): dK/dV of a key/value head gather
@@ -309,11 +294,9 @@ attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const att
     ATTN_TRY(attn__sdpa_backward_check(&p, q, k, v, opts, out, lse, dout, dq, dk, dv));
     ATTN_TRY(attn__sdpa_backward_need(&p, q, k, v, &need));
     void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
     const attn_view *all[11] = {q, k, v, out, lse, dout, dq, dk, dv,
                                 opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    if (!owned && attn__work_overlaps(work, need, all, 11))
-        return ATTN_EALIAS;
+    ATTN_TRY(attn__work_take(&work, &work_size, need, all, 11, &owned));
     attn__sdpa_backward_run(&p, q, k, v, out, lse, dout, dq, dk, dv, work, work_size);
     free(owned);
     return ATTN_OK;

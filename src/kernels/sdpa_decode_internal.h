@@ -31,12 +31,19 @@ typedef struct attn__decode_plan {
 #define ATTN__DECODE_MAX_ROWS 64
 
 /*
- * Fill the derived fields (threads, nsplit, workspace layout) of a plan whose
- * shapes, scale, flags and options are set; ATTN_ERANGE when a size
- * overflows. The layout depends only on the shapes and options, never on
- * the lengths, so one workspace serves every step of a decoding loop.
+ * A plan for queries of the shapes d (d.Tk is the cache's Tmax; k and v share
+ * one shape, d.Dv == d.D, d.Hkv >= 1) from validated arguments: scale (0 ->
+ * 1/sqrt(D)), causal, keep and bias already broadcast to (B, H, Tq, Tmax) or
+ * NULL, split and threads (>= 0). Fills the derived fields (threads, nsplit,
+ * workspace layout; ATTN_ERANGE when a size overflows). The layout depends
+ * only on the shapes and options, never on the lengths, so one workspace
+ * serves every step of a decoding loop; the caller sets klen, qpos0 and nrows
+ * before each run.
  */
-ATTN_HIDDEN attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads);
+ATTN_HIDDEN attn_status attn__decode_plan_init(attn__decode_plan *p, const attn__qkv *d,
+                                               double scale, bool causal, const attn_view *keep,
+                                               const attn_view *bias, int64_t split,
+                                               int threads);
 
 /* Run a laid-out plan: q (B, H, Tq, D), out (B, H, Tq, D), lse (B, H, Tq) or NULL. */
 ATTN_HIDDEN attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q,

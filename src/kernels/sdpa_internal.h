@@ -109,19 +109,12 @@ ATTN_HIDDEN void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_
                                      int64_t j0, int64_t lim, void *row);
 
 /*
- * The outputs of a forward against the plan: out (B, H, Tq, Dv) required,
- * weights (B, H, Tq, Tk) and lse (B, H, Tq) optional; dtypes and shapes only
- * (aliasing is the caller's next check).
+ * The specs of a forward's outputs against the plan (attn__check_outputs):
+ * out (B, H, Tq, Dv) required, weights (B, H, Tq, Tk) and lse (B, H, Tq) optional.
  */
-ATTN_HIDDEN attn_status attn__sdpa_check_outputs(const attn__sdpa_plan *p, const attn_view *out,
-                                                 const attn_view *weights, const attn_view *lse);
-
-/*
- * Outputs (NULL entries skipped) must not overlap themselves (ATTN_ESTRIDE),
- * any input or each other (ATTN_EALIAS).
- */
-ATTN_HIDDEN attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
-                                                  const attn_view *const *ins, int nin);
+ATTN_HIDDEN void attn__sdpa_out_specs(const attn__sdpa_plan *p, const attn_view *out,
+                                      const attn_view *weights, const attn_view *lse,
+                                      attn__spec s[3]);
 
 /*
  * The forward on a plan and views it validated: attn__sdpa_need gives the

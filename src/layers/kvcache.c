@@ -21,11 +21,7 @@ attn_status attn__rope_check(const attn_rope_config *r, int64_t D) {
 static attn_status step_check_opts(const attn_step_opts *o, int64_t B, int64_t Tq) {
     if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
         return ATTN_EINVAL;
-    if (o->n_new)
-        for (int64_t b = 0; b < B; ++b)
-            if (o->n_new[b] < 0 || o->n_new[b] > Tq)
-                return ATTN_EINVAL;
-    return ATTN_OK;
+    return attn__check_lengths(o->n_new, B, Tq);
 }
 
 void attn__dec_zero(const attn_view *v) {
@@ -118,10 +114,7 @@ attn_status attn__kv_cache_check(const attn_kv_cache *kc, const attn_mha_config 
     if (attn__overlaps_raw(&kc->k, &kc->v) || attn__overlaps_raw(&lv, &kc->k) ||
         attn__overlaps_raw(&lv, &kc->v))
         return ATTN_EALIAS;
-    for (int64_t b = 0; b < kc->k.shape[0]; ++b)
-        if (kc->len[b] < 0 || kc->len[b] > kc->k.shape[2])
-            return ATTN_ERANGE;
-    return ATTN_OK;
+    return attn__check_lengths(kc->len, kc->k.shape[0], kc->k.shape[2]);
 }
 
 attn_status attn_kv_cache_check(const attn_kv_cache *cache, const attn_mha_config *cfg) {
@@ -155,18 +148,10 @@ attn_status attn__mha_step_check(const attn_mha_config *cfg, const attn_mha_para
         ATTN_TRY(attn__rope_check(&o->rope, c->d_head));
     int64_t full[4] = {B, c->heads, Tq, Tmax};
     attn_view t;
-    if (o->keep) {
-        ATTN_TRY(attn_view_check(o->keep));
-        if (o->keep->dtype != ATTN_U8)
-            return ATTN_EDTYPE;
-        ATTN_TRY(attn_view_broadcast(o->keep, 4, full, &t));
-    }
-    if (o->bias) {
-        ATTN_TRY(attn_view_check(o->bias));
-        if (o->bias->dtype != c->dtype)
-            return ATTN_EDTYPE;
-        ATTN_TRY(attn_view_broadcast(o->bias, 4, full, &t));
-    }
+    if (o->keep)
+        ATTN_TRY(attn__check_mask(o->keep, ATTN_U8, 4, full, &t));
+    if (o->bias)
+        ATTN_TRY(attn__check_mask(o->bias, c->dtype, 4, full, &t));
     if (self)
         for (int64_t b = 0; b < B; ++b)
             if (attn__step_n(o, b, Tq) > Tmax - cache->len[b])
@@ -296,27 +281,20 @@ attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params 
         ATTN_TRY(attend_tiled(o, self, &Qh, kc, klen, o->keep ? &keep : NULL,
                               o->bias ? &bias : NULL, &Oh, pl));
     } else {
-        attn__decode_plan dp = {.dt = dt,
-                                .B = B,
-                                .H = c->heads,
-                                .Hkv = c->kv_heads,
-                                .G = G,
-                                .Tq = Tq,
-                                .D = D,
-                                .Tmax = Tmax,
-                                .causal = self,
-                                .klen = klen,
-                                .qpos0 = qpos,
-                                .nrows = nrows,
-                                .has_keep = o->keep != NULL,
-                                .has_bias = o->bias != NULL,
-                                .split = o->split};
-        dp.scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
-        if (o->keep)
-            dp.keep = keep;
-        if (o->bias)
-            dp.bias = bias;
-        ATTN_TRY(attn__decode_layout(&dp, o->threads));
+        attn__qkv d = {.dt = dt,
+                       .B = B,
+                       .H = c->heads,
+                       .Hkv = c->kv_heads,
+                       .Tq = Tq,
+                       .Tk = Tmax,
+                       .D = D,
+                       .Dv = D};
+        attn__decode_plan dp;
+        ATTN_TRY(attn__decode_plan_init(&dp, &d, o->scale, self, o->keep ? &keep : NULL,
+                                        o->bias ? &bias : NULL, o->split, o->threads));
+        dp.klen = klen;
+        dp.qpos0 = qpos;
+        dp.nrows = nrows;
         if (run)
             attn__decode_run(&dp, &Qh, &kc->k, &kc->v, &Oh, NULL, attn__plan_inner_base(pl));
         else

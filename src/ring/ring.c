@@ -101,134 +101,48 @@ static void block_views(const ring_ctx *c, void *buf, int64_t T, attn_view *k, a
                      .stride = {c->Hkv * T * Dv, T * Dv, Dv, 1}};
 }
 
-/* Same sufficient test as the library's outputs use: sorted by |stride|, each axis steps
-   past the span of the inner ones (src/view.c); attn_mpi sees only attn's public API. */
-static bool self_overlaps(const attn_view *v) {
-    if (attn_view_numel(v) <= 1)
-        return false;
-    int64_t ext[ATTN_MAX_DIMS], str[ATTN_MAX_DIMS], span = 0;
-    int n = 0;
-    for (int d = 0; d < v->ndim; ++d)
-        if (v->shape[d] != 1) {
-            ext[n] = v->shape[d];
-            str[n++] = v->stride[d] < 0 ? -v->stride[d] : v->stride[d];
-        }
-    for (int i = 1; i < n; ++i)
-        for (int j = i; j > 0 && str[j] < str[j - 1]; --j) {
-            int64_t t = str[j];
-            str[j] = str[j - 1];
-            str[j - 1] = t;
-            t = ext[j];
-            ext[j] = ext[j - 1];
-            ext[j - 1] = t;
-        }
-    for (int i = 0; i < n; ++i) {
-        if (str[i] <= span)
-            return true;
-        span += str[i] * (ext[i] - 1);
-    }
-    return false;
-}
-
-static attn_status check_float(const attn_view *v, int ndim) {
-    if (!v)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn_view_check(v));
-    if (v->ndim != ndim)
-        return ATTN_ESHAPE;
-    return v->dtype == ATTN_F32 || v->dtype == ATTN_F64 ? ATTN_OK : ATTN_EDTYPE;
-}
-
-/* An input view of the call: present, valid, c's dtype, the given shape. */
-static attn_status check_input(const ring_ctx *c, const attn_view *v, int nd,
-                               const int64_t *shape) {
-    ATTN_TRY(check_float(v, nd));
-    if (v->dtype != c->dt)
-        return ATTN_EDTYPE;
-    for (int d = 0; d < nd; ++d)
-        if (v->shape[d] != shape[d])
-            return ATTN_ESHAPE;
-    return ATTN_OK;
-}
-
-/* Optional outputs (NULL entries skipped): as inputs, plus no self-overlap, no overlap with
-   the inputs ins[] or with each other. */
-static attn_status check_outputs(const ring_ctx *c, attn_view *const *outs, const int *nd,
-                                 const int64_t (*shapes)[4], int nout,
-                                 const attn_view *const *ins, int nin) {
-    for (int o = 0; o < nout; ++o) {
-        if (!outs[o])
-            continue;
-        ATTN_TRY(check_input(c, outs[o], nd[o], shapes[o]));
-        if (self_overlaps(outs[o]))
-            return ATTN_ESTRIDE;
-        for (int i = 0; i < nin; ++i)
-            if (ins[i] && attn_view_overlaps(outs[o], ins[i]))
-                return ATTN_EALIAS;
-        for (int o2 = 0; o2 < o; ++o2)
-            if (outs[o2] && attn_view_overlaps(outs[o], outs[o2]))
-                return ATTN_EALIAS;
-    }
-    return ATTN_OK;
-}
-
 /* Everything this rank can check without talking to the others; io NULL: a workspace query. */
 static attn_status check_local(const attn_view *q, const attn_view *k, const attn_view *v,
                                const attn_ring_opts *o, const ring_io *io, ring_ctx *c) {
-    ATTN_TRY(check_float(q, 4));
-    ATTN_TRY(check_float(k, 4));
-    ATTN_TRY(check_float(v, 4));
-    if (k->dtype != q->dtype || v->dtype != q->dtype)
-        return ATTN_EDTYPE;
-    c->dt = q->dtype;
+    attn__qkv d;
+    ATTN_TRY(attn__check_qkv(q, k, v, &d));
+    c->dt = d.dt;
     c->es = attn_dtype_size(c->dt);
-    c->B = q->shape[0];
-    c->H = q->shape[1];
-    c->T = q->shape[2];
-    c->D = q->shape[3];
-    c->Hkv = k->shape[1];
-    c->Dv = v->shape[3];
-    if (k->shape[0] != c->B || k->shape[2] != c->T || k->shape[3] != c->D ||
-        v->shape[0] != c->B || v->shape[1] != c->Hkv || v->shape[2] != c->T)
-        return ATTN_ESHAPE;
-    if (c->Hkv == 0 ? c->H != 0 : c->H % c->Hkv != 0)
+    c->B = d.B;
+    c->H = d.H;
+    c->T = d.Tq;
+    c->D = d.D;
+    c->Hkv = d.Hkv;
+    c->Dv = d.Dv;
+    if (d.Tk != c->T) /* this rank's keys are its queries' tokens */
         return ATTN_ESHAPE;
     if ((unsigned)o->causal > ATTN_CAUSAL_BOTTOM_RIGHT ||
         (unsigned)o->layout > ATTN_RING_ZIGZAG || o->threads < 0 || !isfinite(o->scale))
         return ATTN_EINVAL;
     if (c->D > INT_MAX || c->Dv > INT_MAX)
         return ATTN_ERANGE;
-    if (o->kv_len)
-        for (int64_t b = 0; b < c->B; ++b)
-            if (o->kv_len[b] < 0 || o->kv_len[b] > c->T)
-                return ATTN_EINVAL;
+    ATTN_TRY(attn__check_lengths(o->kv_len, c->B, c->T));
     c->causal = o->causal != ATTN_CAUSAL_NONE;
     c->layout = o->layout;
     c->scale = o->scale != 0.0 ? o->scale : c->D > 0 ? 1.0 / sqrt((double)c->D) : 1.0;
     const int64_t os[4] = {c->B, c->H, c->T, c->Dv};
     if (io && !c->bwd) { /* forward: out (required) and lse */
-        if (!io->out)
-            return ATTN_EINVAL;
-        attn_view *outs[2] = {io->out, io->lse};
+        const attn__spec outs[2] = {{io->out, true, 4, {os[0], os[1], os[2], os[3]}},
+                                    {io->lse, false, 3, {os[0], os[1], os[2]}}};
         const attn_view *ins[3] = {q, k, v};
-        ATTN_TRY(check_outputs(
-            c, outs, (int[]){4, 3},
-            (const int64_t[][4]){{os[0], os[1], os[2], os[3]}, {os[0], os[1], os[2], 0}}, 2,
-            ins, 3));
+        ATTN_TRY(attn__check_outputs(c->dt, outs, 2, ins, 3));
     } else if (io) { /* backward: out, lse, dout (required), dq, dk, dv */
-        if (!io->fout || !io->flse || !io->dout)
-            return ATTN_EINVAL;
-        ATTN_TRY(check_input(c, io->fout, 4, os));
-        ATTN_TRY(check_input(c, io->flse, 3, os));
-        ATTN_TRY(check_input(c, io->dout, 4, os));
-        attn_view *outs[3] = {io->dq, io->dk, io->dv};
+        const attn__spec saved[3] = {{io->fout, true, 4, {os[0], os[1], os[2], os[3]}},
+                                     {io->flse, true, 3, {os[0], os[1], os[2]}},
+                                     {io->dout, true, 4, {os[0], os[1], os[2], os[3]}}};
+        ATTN_TRY(attn__check_views(c->dt, saved, 3));
+        attn__spec outs[3] = {
+            {io->dq, false, 4, {0}}, {io->dk, false, 4, {0}}, {io->dv, false, 4, {0}}};
+        const attn_view *like[3] = {q, k, v};
+        for (int i = 0; i < 3; ++i)
+            memcpy(outs[i].shape, like[i]->shape, sizeof outs[i].shape);
         const attn_view *ins[6] = {q, k, v, io->fout, io->flse, io->dout};
-        ATTN_TRY(check_outputs(
-            c, outs, (int[]){4, 4, 4},
-            (const int64_t[][4]){{q->shape[0], q->shape[1], q->shape[2], q->shape[3]},
-                                 {k->shape[0], k->shape[1], k->shape[2], k->shape[3]},
-                                 {v->shape[0], v->shape[1], v->shape[2], v->shape[3]}},
-            3, ins, 6));
+        ATTN_TRY(attn__check_outputs(c->dt, outs, 3, ins, 6));
     }
     int64_t f[NF] = {c->dt, c->B, c->H, c->Hkv, c->D, c->Dv, c->causal, c->layout, 0};
     memcpy(&f[F_SCALE], &c->scale, sizeof(double));
@@ -288,27 +202,18 @@ static attn_status layout_work(ring_ctx *c) {
     return ATTN_OK;
 }
 
-/* True when the caller's workspace [work, work + n) overlaps any argument of the call. */
-static bool work_overlaps(const void *work, size_t n, const attn_view *q, const attn_view *k,
-                          const attn_view *v, const ring_io *io) {
-    const attn_view *all[12] = {q, k, v};
-    int m = 3;
+/* The views of the call (q, k, v and those of io), for the workspace's overlap check. */
+static int call_views(const attn_view *q, const attn_view *k, const attn_view *v,
+                      const ring_io *io, const attn_view **all) {
+    int m = 0;
+    all[m++] = q, all[m++] = k, all[m++] = v;
     if (io) {
-        const attn_view *x[9] = {io->out, io->lse, io->fout, io->flse, io->dout,
-                                 io->dq,  io->dk,  io->dv,   NULL};
+        const attn_view *x[8] = {io->out,  io->lse, io->fout, io->flse,
+                                 io->dout, io->dq,  io->dk,   io->dv};
         for (int i = 0; i < 8; ++i)
             all[m++] = x[i];
     }
-    uintptr_t wl = (uintptr_t)work, wh = wl + n;
-    for (int i = 0; i < m; ++i) {
-        if (!all[i])
-            continue;
-        const void *lo, *hi;
-        attn_view_span(all[i], &lo, &hi);
-        if (lo != hi && n > 0 && (uintptr_t)lo < wh && wl < (uintptr_t)hi)
-            return true;
-    }
-    return false;
+    return m;
 }
 
 /* Agree on one status: the largest code any rank reports. */
@@ -369,18 +274,10 @@ static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn
         goto fail; /* every rank saw the same y */
     c->Tmax = y[2 * NF + 1];
     s = layout_work(c);
-    if (s == ATTN_OK && work) {
-        if (*work == NULL && work_size == 0) {
-            *owned = aligned_alloc(64, c->total);
-            s = *owned ? ATTN_OK : ATTN_ENOMEM;
-            *work = *owned;
-        } else if (work_size < c->total || *work == NULL) {
-            s = ATTN_EWORKSPACE;
-        } else if (c->total > 0 && (uintptr_t)*work % 8 != 0) {
-            s = ATTN_EINVAL; /* the workspace alignment rule (docs/reliability.md) */
-        } else if (work_overlaps(*work, c->total, q, k, v, io)) {
-            s = ATTN_EALIAS;
-        }
+    if (s == ATTN_OK && work) { /* the library's workspace rule (docs/reliability.md) */
+        const attn_view *all[11];
+        int n = call_views(q, k, v, io, all);
+        s = attn__work_take(work, &work_size, c->total, all, n, owned);
     }
     s = agree(c->comm, s);
     if (s == ATTN_OK)

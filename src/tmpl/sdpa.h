@@ -5,44 +5,24 @@
 #if T_IS_F32
 #define SDPA_VEXP_TAIL attn__vexp_tail_f32
 #define SDPA_FINITE    attn__finite_f32
-#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f32
-#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f32
 #else
 #define SDPA_VEXP_TAIL attn__vexp_tail_f64
 #define SDPA_FINITE    attn__finite_f64
-#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f64
-#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f64
 #endif
+
+#include "tmpl/mask.h"
 
 /*
  * Bias and keep on the visible part of score row i (keys j0 .. j0 + lim, all
- * below key_limit(i)): s += bias; s = -inf where keep == 0. One pass over the
- * row while it is in L1; the tail past lim is the caller's (-inf for the
- * trace, 0 written by SDPA_VEXP_TAIL in the forward and the backward).
+ * below key_limit(i)), by the shared rule (tmpl/mask.h), while the row is in
+ * L1; the tail past lim is the caller's (-inf for the trace, 0 written by
+ * SDPA_VEXP_TAIL in the forward and the backward).
  */
 static void SFX(mask_row)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
                           int64_t lim, T *sr) {
-    if (p->has_bias) {
-        const T *br = (const T *)attn__at4(&p->bias, b, h, i, j0);
-        int64_t sj = p->bias.stride[3];
-        /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
-        if (sj == 1)
-            SDPA_BIAS_ROW(sr, br, lim);
-        else
-            for (int64_t c = 0; c < lim; ++c) {
-                T bv = br[c * sj];
-                sr[c] = bv == (T)-INFINITY ? bv : sr[c] + bv;
-            }
-    }
-    if (p->has_keep) {
-        const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, j0);
-        int64_t sj = p->keep.stride[3];
-        if (sj == 1)
-            SDPA_KEEP_ROW(sr, kr, lim);
-        else
-            for (int64_t c = 0; c < lim; ++c)
-                sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
-    }
+    const T *br = p->has_bias ? (const T *)attn__at4(&p->bias, b, h, i, j0) : NULL;
+    const uint8_t *kr = p->has_keep ? (const uint8_t *)attn__at4(&p->keep, b, h, i, j0) : NULL;
+    SFX(attn_mask_scores)(sr, lim, br, p->bias.stride[3], kr, p->keep.stride[3]);
 }
 
 /* The visible length of row i0 + r in the key tile j0 .. j0 + cols. */
@@ -93,9 +73,9 @@ static void SFX(fwd_tile)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         T mt = T_VMAX(sr, lim);
         T mn = mt > m[r] ? mt : m[r];
         if (mn == (T)-INFINITY) {                /* nothing visible yet: P row = 0 */
-            for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
-                if (sr[c2] != sr[c2])
-                    l[r] = sr[c2];
+            T nan = SFX(attn_mask_nan)(sr, lim); /* VMAX skips NaN: it must poison l */
+            if (nan != 0)
+                l[r] = nan;
             memset(sr, 0, (size_t)cols * sizeof(T));
             continue;
         }
@@ -263,5 +243,3 @@ static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work
 
 #undef SDPA_VEXP_TAIL
 #undef SDPA_FINITE
-#undef SDPA_BIAS_ROW
-#undef SDPA_KEEP_ROW

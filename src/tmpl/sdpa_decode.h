@@ -184,6 +184,8 @@ static void SFX(axpys_strided)(T *acc, const T *p, const T *v, int64_t ldv, int6
             acc[d] += p[j] * v[j * ldv + d * sv];
 }
 
+#include "tmpl/mask.h"
+
 /* Keys [0, limit) row i of batch b may see. */
 static inline int64_t SFX(row_limit)(const attn__decode_plan *p, int64_t b, int64_t i) {
     int64_t L = p->klen[b];
@@ -257,20 +259,18 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             else
                 SFX(dots_strided)
             (qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D, (T)p->scale, sr);
-            if (p->has_bias) {
-                const T *br = (const T *)attn__at4(&p->bias, b, h, i, jb);
-                for (int64_t c = 0; c < lim; ++c)
-                    sr[c] += br[c * p->bias.stride[3]];
-            }
-            if (p->has_keep) {
-                const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, jb);
-                for (int64_t c = 0; c < lim; ++c)
-                    sr[c] = kr[c * p->keep.stride[3]] ? sr[c] : (T)-INFINITY;
-            }
+            const T *br = p->has_bias ? (const T *)attn__at4(&p->bias, b, h, i, jb) : NULL;
+            const uint8_t *kr =
+                p->has_keep ? (const uint8_t *)attn__at4(&p->keep, b, h, i, jb) : NULL;
+            SFX(attn_mask_scores)(sr, lim, br, p->bias.stride[3], kr, p->keep.stride[3]);
             T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
-            if (mn == (T)-INFINITY)
-                continue;                               /* nothing visible yet */
+            if (mn == (T)-INFINITY) { /* nothing visible yet; VMAX skips NaN: poison l */
+                T nan = SFX(attn_mask_nan)(sr, lim);
+                if (nan != 0)
+                    l[r] = nan;
+                continue;
+            }
             T sum = T_VEXP_SUM(sr, lim, mn);            /* sr := exp(sr - mn) */
             T corr = (T)exp((double)m[r] - (double)mn); /* 0 when m was -inf */
             l[r] = l[r] * corr + sum;
@@ -285,7 +285,7 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
         }
     }
     for (int64_t r = 0; r < R; ++r) {
-        bool live = l[r] > 0; /* else no key: out 0, lse empty */
+        bool live = !(l[r] <= 0); /* else no key: out 0, lse empty; a NaN l propagates */
         T inv = live ? 1 / l[r] : 0;
         double lr = live ? (double)m[r] + log((double)l[r]) : ATTN__SDPA_LSE_EMPTY;
         if (direct) {
