@@ -86,6 +86,16 @@ module attn_capi
     integer(c_int64_t) :: block_q = 0_c_int64_t
     integer(c_int64_t) :: block_k = 0_c_int64_t
     integer(c_int) :: threads = 0_c_int
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
+    type(c_ptr) :: dsinks = c_null_ptr
+    integer(c_int64_t) :: n_seqs = 0_c_int64_t
+    type(c_ptr) :: cu_seqlens_q = c_null_ptr
+    type(c_ptr) :: cu_seqlens_k = c_null_ptr
   end type attn_sdpa_opts
 
   ! layers.h: struct attn_trace
@@ -195,6 +205,12 @@ module attn_capi
     type(attn_rope_config) :: rope
     integer(c_int) :: threads = 0_c_int
     integer(c_int64_t) :: split = 0_c_int64_t
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
   end type attn_step_opts
 
   ! decode.h: struct attn_decode_opts
@@ -871,6 +887,12 @@ module attn_capi
       type(attn_view), optional :: dx
       integer(c_int) :: attn_rope_backward
     end function attn_rope_backward
+    function attn_alibi_slopes(slopes, max_bias) bind(c, name='attn_alibi_slopes')
+      import :: attn_view, c_double, c_int
+      type(attn_view), optional :: slopes
+      real(c_double), value :: max_bias
+      integer(c_int) :: attn_alibi_slopes
+    end function attn_alibi_slopes
     function attn_patchify(p, image, out) bind(c, name='attn_patchify')
       import :: attn_view, c_int, c_int64_t
       integer(c_int64_t), value :: p
@@ -1332,6 +1354,7 @@ module attn_capi
   public :: attn_posenc_add_backward
   public :: attn_rope
   public :: attn_rope_backward
+  public :: attn_alibi_slopes
   public :: attn_patchify
   public :: attn_kv_cache_size
   public :: attn_kv_cache_bind

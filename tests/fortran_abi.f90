@@ -46,6 +46,26 @@ program fortran_abi
     c_sizeof(t1%block_k)
   print '(a, 2(1x, i0))', 'attn_sdpa_opts.threads', off(c_loc(t1%threads), c_loc(t1)), &
     c_sizeof(t1%threads)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.window', off(c_loc(t1%window), c_loc(t1)), &
+    c_sizeof(t1%window)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.window_left', off(c_loc(t1%window_left), c_loc(t1)), &
+    c_sizeof(t1%window_left)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.window_right', off(c_loc(t1%window_right), c_loc(t1)), &
+    c_sizeof(t1%window_right)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.softcap', off(c_loc(t1%softcap), c_loc(t1)), &
+    c_sizeof(t1%softcap)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.alibi', off(c_loc(t1%alibi), c_loc(t1)), &
+    c_sizeof(t1%alibi)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.sinks', off(c_loc(t1%sinks), c_loc(t1)), &
+    c_sizeof(t1%sinks)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.dsinks', off(c_loc(t1%dsinks), c_loc(t1)), &
+    c_sizeof(t1%dsinks)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.n_seqs', off(c_loc(t1%n_seqs), c_loc(t1)), &
+    c_sizeof(t1%n_seqs)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.cu_seqlens_q', off(c_loc(t1%cu_seqlens_q), c_loc(t1)), &
+    c_sizeof(t1%cu_seqlens_q)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.cu_seqlens_k', off(c_loc(t1%cu_seqlens_k), c_loc(t1)), &
+    c_sizeof(t1%cu_seqlens_k)
   print '(a, 1x, i0)', 'attn_trace', c_sizeof(t2)
   print '(a, 2(1x, i0))', 'attn_trace.ln1', off(c_loc(t2%ln1), c_loc(t2)), c_sizeof(t2%ln1)
   print '(a, 2(1x, i0))', 'attn_trace.q', off(c_loc(t2%q), c_loc(t2)), c_sizeof(t2%q)
@@ -159,6 +179,18 @@ program fortran_abi
     c_sizeof(t11%threads)
   print '(a, 2(1x, i0))', 'attn_step_opts.split', off(c_loc(t11%split), c_loc(t11)), &
     c_sizeof(t11%split)
+  print '(a, 2(1x, i0))', 'attn_step_opts.window', off(c_loc(t11%window), c_loc(t11)), &
+    c_sizeof(t11%window)
+  print '(a, 2(1x, i0))', 'attn_step_opts.window_left', off(c_loc(t11%window_left), c_loc(t11)), &
+    c_sizeof(t11%window_left)
+  print '(a, 2(1x, i0))', 'attn_step_opts.window_right', off(c_loc(t11%window_right), &
+    c_loc(t11)), c_sizeof(t11%window_right)
+  print '(a, 2(1x, i0))', 'attn_step_opts.softcap', off(c_loc(t11%softcap), c_loc(t11)), &
+    c_sizeof(t11%softcap)
+  print '(a, 2(1x, i0))', 'attn_step_opts.alibi', off(c_loc(t11%alibi), c_loc(t11)), &
+    c_sizeof(t11%alibi)
+  print '(a, 2(1x, i0))', 'attn_step_opts.sinks', off(c_loc(t11%sinks), c_loc(t11)), &
+    c_sizeof(t11%sinks)
   print '(a, 1x, i0)', 'attn_decode_opts', c_sizeof(t12)
   print '(a, 2(1x, i0))', 'attn_decode_opts.scale', off(c_loc(t12%scale), c_loc(t12)), &
     c_sizeof(t12%scale)

@@ -1366,12 +1366,13 @@ static void pr_run(int which, attn_dtype dt, int parts) {
     }
     /* ---- options ---- */
     if (c->has_opts && (parts & PART_ARGS)) {
-        for (int m = 0; m < 10; ++m) {
+        for (int m = 0; m < 13; ++m) {
             pr_build(which, dt, c);
             attn_sdpa_opts *o = &c->opts;
-            const char *desc[] = {"threads -1",    "block_q -1", "block_k -1", "scale NaN",
-                                  "scale +inf",    "scale -inf", "causal 7",   "algo 9",
-                                  "kv_len Tk + 1", "kv_len -1"};
+            const char *desc[] = {"threads -1",    "block_q -1", "block_k -1",     "scale NaN",
+                                  "scale +inf",    "scale -inf", "causal 7",       "algo 9",
+                                  "kv_len Tk + 1", "kv_len -1",  "window_left -1", "softcap NaN",
+                                  "n_seqs -1"};
             switch (m) {
             case 0:
                 o->threads = -1;
@@ -1400,12 +1401,21 @@ static void pr_run(int which, attn_dtype dt, int parts) {
             case 8:
                 c->kv_len[0] += 1;
                 break;
-            default:
+            case 9:
                 c->kv_len[1] = -1;
+                break;
+            case 10:
+                o->window = true, o->window_left = -1;
+                break;
+            case 11:
+                o->softcap = NAN;
+                break;
+            default:
+                o->n_seqs = -1;
                 break;
             }
             snprintf(what, sizeof what, "opts %s", desc[m]);
-            pr_try(c, &base, E_REFUSE, m >= 8 ? ATTN_ERANGE : ATTN_EINVAL, what);
+            pr_try(c, &base, E_REFUSE, m == 8 || m == 9 ? ATTN_ERANGE : ATTN_EINVAL, what);
         }
     }
     if (c->has_eps && (parts & PART_ARGS))

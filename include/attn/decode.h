@@ -103,6 +103,13 @@ typedef struct attn_step_opts {
     attn_rope_config rope; /* attn_mha_step only (a decoder takes it from its config) */
     int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
     int64_t split;         /* keys per split of the decode kernel; 0 -> automatic */
+    /* attention variants as in attn_sdpa_opts, keys at absolute cache positions (not
+       yet supported by the cached steps: ATTN_EUNSUPPORTED when set) */
+    bool window;
+    int64_t window_left, window_right;
+    double softcap;
+    const attn_view *alibi; /* (H) */
+    const attn_view *sinks; /* (H) */
 } attn_step_opts;
 
 /**
@@ -138,7 +145,7 @@ typedef struct attn_step_opts {
  * parameter of the wrong shape, masks that do not broadcast), ATTN_ESTRIDE,
  * ATTN_EALIAS, ATTN_ERANGE (per-batch lengths: len[b] outside [0, Tmax],
  * n_new[b] outside [0, Tq], or len[b] + n_new[b] > Tmax: the cache would
- * overflow),
+ * overflow), ATTN_EUNSUPPORTED (window, softcap, alibi or sinks set),
  * ATTN_EWORKSPACE, ATTN_ENOMEM. Since 0.2.
  */
 ATTN_API attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,

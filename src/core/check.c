@@ -150,3 +150,12 @@ attn_status attn__check_mask(const attn_view *m, attn_dtype dt, int ndim, const 
         return ATTN_EDTYPE;
     return attn_view_broadcast(m, ndim, shape, out);
 }
+
+attn_status attn__check_offsets(const int64_t *cu, int64_t n, int64_t total) {
+    if (cu[0] != 0 || cu[n] != total)
+        return ATTN_ERANGE;
+    for (int64_t s = 0; s < n; ++s)
+        if (cu[s + 1] < cu[s])
+            return ATTN_ERANGE;
+    return ATTN_OK;
+}

@@ -142,6 +142,11 @@ ATTN_HIDDEN attn_status attn__check_mask(const attn_view *m, attn_dtype dt, int 
  * every len[b], b < n, in [0, hi]; ATTN_ERANGE otherwise (docs/reliability.md).
  */
 ATTN_HIDDEN attn_status attn__check_lengths(const int64_t *len, int64_t n, int64_t hi);
+/*
+ * Offsets of n packed sequences cu[0..n] (non-NULL): cu[0] == 0, non-decreasing,
+ * cu[n] == total; ATTN_ERANGE otherwise, as a length out of range.
+ */
+ATTN_HIDDEN attn_status attn__check_offsets(const int64_t *cu, int64_t n, int64_t total);
 
 /*
  * The workspace of a call needing `need` bytes: attn__work_acquire, then

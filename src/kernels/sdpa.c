@@ -64,6 +64,42 @@ void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq, 
     *bk = k;
 }
 
+/*
+ * The variant options against the plan's shapes (docs/numerics.md "Attention
+ * variants"): window sizes, softcap, alibi and sinks (H), packed sequences.
+ */
+static attn_status plan_variants(const attn_sdpa_opts *o, attn__sdpa_plan *t) {
+    bool packed = o->n_seqs > 0;
+    if (o->window_left < 0 || o->window_right < 0 ||
+        (!o->window && (o->window_left || o->window_right)) || !(o->softcap >= 0) ||
+        !isfinite(o->softcap) || o->n_seqs < 0 || o->dsinks ||
+        (packed ? !o->cu_seqlens_q || !o->cu_seqlens_k : o->cu_seqlens_q || o->cu_seqlens_k))
+        return ATTN_EINVAL;
+    const attn__spec hv[2] = {{o->alibi, false, 1, {t->H}}, {o->sinks, false, 1, {t->H}}};
+    ATTN_TRY(attn__check_views(t->dt, hv, 2));
+    if (packed && t->B != 1)
+        return ATTN_ESHAPE;
+    if (packed) {
+        ATTN_TRY(attn__check_offsets(o->cu_seqlens_q, o->n_seqs, t->Tq));
+        ATTN_TRY(attn__check_offsets(o->cu_seqlens_k, o->n_seqs, t->Tk));
+    }
+    t->window = o->window;
+    t->wl = o->window_left;
+    t->wr = o->window_right;
+    t->softcap = o->softcap;
+    t->has_alibi = o->alibi != NULL;
+    t->has_sinks = o->sinks != NULL;
+    if (o->alibi)
+        t->alibi = *o->alibi;
+    if (o->sinks)
+        t->sinks = *o->sinks;
+    t->n_seqs = o->n_seqs;
+    t->cu_q = o->cu_seqlens_q;
+    t->cu_k = o->cu_seqlens_k;
+    t->variant = t->window || t->softcap > 0 || t->has_alibi || t->has_sinks || packed;
+    return ATTN_OK;
+}
+
 attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const attn_view *v,
                                  const attn_sdpa_opts *opts, bool want_weights,
                                  attn__sdpa_plan *p) {
@@ -96,6 +132,7 @@ attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const a
     }
     ATTN_TRY(attn__check_lengths(opts->kv_len, t.B, t.Tk));
     t.kv_len = opts->kv_len;
+    ATTN_TRY(plan_variants(opts, &t));
     if (t.D > INT_MAX || t.Dv > INT_MAX)
         return ATTN_ERANGE;
     if (want_weights && opts->algo == ATTN_ALGO_TILED)

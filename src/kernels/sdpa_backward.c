@@ -188,6 +188,8 @@ static attn_status workspace(const bwd_ctx *c, const bwd_sched *s, size_t *total
 attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *q,
                                      const attn_view *k, const attn_view *v, size_t *bytes) {
     bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .want = WANT_DQ | WANT_DK | WANT_DV};
+    if (p->variant) /* window, softcap, ALiBi, sinks, packed sequences: forward only */
+        return ATTN_EUNSUPPORTED;
     ATTN_TRY(layout(&c));
     bwd_sched s = schedule(&c);
     return workspace(&c, &s, bytes);
@@ -278,7 +280,7 @@ size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
                                          const attn_view *v, const attn_sdpa_opts *opts) {
     attn__sdpa_plan p;
     size_t need;
-    if (attn__sdpa_plan_init(q, k, v, opts, false, &p) != ATTN_OK ||
+    if ((opts && opts->dsinks) || attn__sdpa_plan_init(q, k, v, opts, false, &p) != ATTN_OK ||
         attn__sdpa_backward_need(&p, q, k, v, &need) != ATTN_OK)
         return 0;
     return need;
@@ -290,8 +292,12 @@ attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const att
                                attn_view *dk, attn_view *dv, void *work, size_t work_size) {
     attn__sdpa_plan p;
     size_t need;
-    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, false, &p));
+    attn_sdpa_opts o = opts ? *opts : (attn_sdpa_opts){0};
+    o.dsinks = NULL; /* the forward's options refuse dsinks */
+    ATTN_TRY(attn__sdpa_plan_init(q, k, v, &o, false, &p));
     ATTN_TRY(attn__sdpa_backward_check(&p, q, k, v, opts, out, lse, dout, dq, dk, dv));
+    if (opts && opts->dsinks)
+        return ATTN_EUNSUPPORTED;
     ATTN_TRY(attn__sdpa_backward_need(&p, q, k, v, &need));
     void *owned = NULL;
     const attn_view *all[11] = {q, k, v, out, lse, dout, dq, dk, dv,

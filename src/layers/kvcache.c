@@ -21,7 +21,12 @@ attn_status attn__rope_check(const attn_rope_config *r, int64_t D) {
 static attn_status step_check_opts(const attn_step_opts *o, int64_t B, int64_t Tq) {
     if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
         return ATTN_EINVAL;
-    return attn__check_lengths(o->n_new, B, Tq);
+    ATTN_TRY(attn__check_lengths(o->n_new, B, Tq));
+    /* the attention variants run in attn_sdpa only, not yet in the cached steps */
+    if (o->window || o->window_left || o->window_right || o->softcap != 0 || o->alibi ||
+        o->sinks)
+        return ATTN_EUNSUPPORTED;
+    return ATTN_OK;
 }
 
 void attn__dec_zero(const attn_view *v) {

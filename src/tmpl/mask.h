@@ -2,15 +2,34 @@
 /* The masking rules every attention path shares (tiled, materialized, decode; ring through
  * attn_sdpa's runs), per dtype: included by tmpl/sdpa.h and tmpl/sdpa_decode.h. */
 
+#if T_IS_F32
+#define MASK_TANH tanhf
+#else
+#define MASK_TANH tanh
+#endif
+
 /*
- * Bias and keep on n scores s[0..n) of one query row (docs/numerics.md, "Masks,
- * -inf and NaN"): s += bias, except that a -inf bias masks whatever the score
- * (a NaN or +inf score it hides stays hidden: -inf, never NaN); then s = -inf
- * where keep == 0. bias, keep: the row's first element and its stride in
- * elements, or NULL when absent. Unit strides take the vectorized loops.
+ * The scores s[0..n) of one query row, in the order docs/numerics.md gives:
+ * the transforms xf (NULL: none; softcap, then the ALiBi term), then the
+ * bias, except that a -inf bias masks whatever the score (a NaN or +inf score
+ * it hides stays hidden: -inf, never NaN; "Masks, -inf and NaN"); then
+ * s = -inf where keep == 0. bias, keep: the row's first element and its
+ * stride in elements, or NULL when absent. Unit strides take the vectorized
+ * loops.
  */
-static inline void SFX(attn_mask_scores)(T *s, int64_t n, const T *bias, int64_t sb,
-                                         const uint8_t *keep, int64_t sk) {
+static inline void SFX(attn_mask_scores)(T *s, int64_t n, const attn__score_xf *xf,
+                                         const T *bias, int64_t sb, const uint8_t *keep,
+                                         int64_t sk) {
+    if (xf && xf->softcap > 0) {
+        T cap = (T)xf->softcap;
+        for (int64_t c = 0; c < n; ++c)
+            s[c] = cap * MASK_TANH(s[c] / cap);
+    }
+    if (xf && xf->slope != 0)
+        for (int64_t c = 0; c < n; ++c) {
+            int64_t d = xf->dist0 - c;
+            s[c] -= (T)(xf->slope * (double)(d < 0 ? -d : d));
+        }
     if (bias) {
         if (sb == 1)
             SFX(attn__sdpa_bias_row)(s, bias, n);
@@ -40,3 +59,5 @@ static inline T SFX(attn_mask_nan)(const T *s, int64_t n) {
             return s[c];
     return 0;
 }
+
+#undef MASK_TANH

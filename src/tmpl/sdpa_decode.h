@@ -262,7 +262,7 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             const T *br = p->has_bias ? (const T *)attn__at4(&p->bias, b, h, i, jb) : NULL;
             const uint8_t *kr =
                 p->has_keep ? (const uint8_t *)attn__at4(&p->keep, b, h, i, jb) : NULL;
-            SFX(attn_mask_scores)(sr, lim, br, p->bias.stride[3], kr, p->keep.stride[3]);
+            SFX(attn_mask_scores)(sr, lim, NULL, br, p->bias.stride[3], kr, p->keep.stride[3]);
             T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
             if (mn == (T)-INFINITY) { /* nothing visible yet; VMAX skips NaN: poison l */

@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: MIT */
+/* attn_sdpa's attention variants (window, softcap, ALiBi, sinks, packed sequences) against
+ * scripts/gen_variant_fixtures.py, their validation, and the work a window skips. */
+#include <dlfcn.h>
+
+#include "fixture.h"
+#include "sdpa_util.h"
+
+/* ---- the products attn_sdpa runs: multiply-adds counted at the BLAS ------------------ */
+
+static double va_macs; /* m n k summed over the products since the last reset */
+static int va_count_on;
+
+typedef void (*va_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                            const float *, int, float, float *, int);
+typedef void (*va_dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
+                            const double *, int, double, double *, int);
+/* CBLAS's enums are passed as int, which is their ABI. */
+void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    static va_sgemm_fn next;
+    if (!next)
+        *(void **)&next = dlsym(RTLD_NEXT, "cblas_sgemm");
+    if (va_count_on) /* threads 1 in the counted calls: no race */
+        va_macs += (double)m * n * k;
+    next(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a,
+                 int lda, const double *b, int ldb, double beta, double *c, int ldc);
+void cblas_dgemm(int order, int ta, int tb, int m, int n, int k, double alpha, const double *a,
+                 int lda, const double *b, int ldb, double beta, double *c, int ldc) {
+    static va_dgemm_fn next;
+    if (!next)
+        *(void **)&next = dlsym(RTLD_NEXT, "cblas_dgemm");
+    if (va_count_on)
+        va_macs += (double)m * n * k;
+    next(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* ---- a fixture's call ----------------------------------------------------------------- */
+
+/* Everything a fixture's options point at, in dtype dt. */
+typedef struct va_fx {
+    sd_masks m;
+    sd_t alibi, sinks;
+    int64_t cu_q[16], cu_k[16];
+    attn_sdpa_opts o;
+} va_fx;
+
+static void va_fx_opts(fx_file *fx, attn_dtype dt, va_fx *f) {
+    memset(f, 0, sizeof *f);
+    sd_masks *m = &f->m;
+    attn_sdpa_opts *o = &f->o;
+    o->causal = (attn_causal)fx_meta(fx, "causal", 0);
+    if (fx_find(fx, "keep")) {
+        m->keep = sd_from_fx(fx_get(fx, "keep"), ATTN_U8);
+        m->keep_v = m->keep.v;
+        o->keep = &m->keep_v;
+    }
+    if (fx_find(fx, "bias")) {
+        m->bias = sd_from_fx(fx_get(fx, "bias"), dt);
+        m->bias_v = m->bias.v;
+        o->bias = &m->bias_v;
+    }
+    if (fx_find(fx, "kv_len")) {
+        fx_tensor *x = fx_get(fx, "kv_len");
+        for (int64_t i = 0; i < x->n; ++i)
+            m->kvl[i] = (int64_t)x->data[i];
+        o->kv_len = m->kvl;
+    }
+    o->window = fx_meta(fx, "window", 0) != 0;
+    o->window_left = fx_meta(fx, "window_left", 0);
+    o->window_right = fx_meta(fx, "window_right", 0);
+    o->softcap = fx_get(fx, "softcap")->data[0];
+    if (fx_find(fx, "alibi")) {
+        f->alibi = sd_from_fx(fx_get(fx, "alibi"), dt);
+        o->alibi = &f->alibi.v;
+    }
+    if (fx_find(fx, "sinks")) {
+        f->sinks = sd_from_fx(fx_get(fx, "sinks"), dt);
+        o->sinks = &f->sinks.v;
+    }
+    o->n_seqs = fx_meta(fx, "n_seqs", 0);
+    if (o->n_seqs > 0) {
+        for (int64_t i = 0; i <= o->n_seqs; ++i) {
+            f->cu_q[i] = (int64_t)fx_get(fx, "cu_q")->data[i];
+            f->cu_k[i] = (int64_t)fx_get(fx, "cu_k")->data[i];
+        }
+        o->cu_seqlens_q = f->cu_q;
+        o->cu_seqlens_k = f->cu_k;
+    }
+}
+
+static void va_fx_free(va_fx *f) {
+    sd_masks_free(&f->m);
+    sd_free(&f->alibi);
+    sd_free(&f->sinks);
+}
+
+/* A fixture tensor in layout l (4-D) or contiguous. */
+static sd_t va_tensor(fx_file *fx, const char *name, attn_dtype dt, sd_lay l) {
+    fx_tensor *x = fx_get(fx, name);
+    uint64_t seed = 1;
+    sd_t t = x->ndim == 4 ? sd_make(dt, x->shape, l, &seed, 1.0) : sd_zeros(dt, x->ndim, x->shape);
+    int64_t idx[4] = {0}, n = 0;
+    do
+        tu_set(&t.v, idx, x->data[n++]);
+    while (tu_inc(idx, x->shape, x->ndim));
+    return t;
+}
+
+static const char *va_files[] = {
+    "variant_window_causal.txt", "variant_window_sym.txt", "variant_window_br.txt",
+    "variant_softcap.txt",       "variant_alibi.txt",      "variant_sinks.txt",
+    "variant_varlen.txt",        "variant_varlen_mix.txt", "variant_all.txt"};
+#define VA_NFILES (sizeof va_files / sizeof *va_files)
+
+/*
+ * Each fixture through both algorithms (MATERIALIZED with the weights), block sizes
+ * that cut the window, the diagonal and the packed sequences anywhere, 1 and 2
+ * threads, contiguous and head-split (B, T, H, D) layouts, both dtypes: out, lse and
+ * the weights agree with the generator's float64 reference.
+ */
+START_TEST(va_fixtures) {
+    static const int64_t blocks[][2] = {{0, 0}, {1, 1}, {3, 2}, {4, 5}, {64, 3}};
+    for (size_t fi = 0; fi < VA_NFILES; ++fi) {
+        fx_file *fx = fx_load(va_files[fi]);
+        ck_assert_msg(fx != NULL, "%s", va_files[fi]);
+        for (int d = 0; d < 2; ++d)
+            for (int lay = 0; lay < 2; ++lay) {
+                attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+                sd_lay l = lay ? LY_BTHD : LY_CONTIG;
+                va_fx f;
+                va_fx_opts(fx, dt, &f);
+                sd_t q = va_tensor(fx, "q", dt, l), k = va_tensor(fx, "k", dt, l);
+                sd_t v = va_tensor(fx, "v", dt, l), out = va_tensor(fx, "out", dt, l);
+                sd_t want = sd_from_fx(fx_get(fx, "out"), ATTN_F64);
+                sd_t wl = sd_from_fx(fx_get(fx, "lse"), ATTN_F64);
+                sd_t ww = sd_from_fx(fx_get(fx, "weights"), ATTN_F64);
+                sd_t lse = sd_zeros(dt, 3, wl.v.shape), w = sd_zeros(dt, 4, ww.v.shape);
+                char what[160];
+                for (int a = 1; a <= 2; ++a)
+                    for (size_t bi = 0; bi < sizeof blocks / sizeof *blocks; ++bi)
+                        for (int th = 1; th <= 2; ++th) {
+                            attn_sdpa_opts o = f.o;
+                            o.algo = (attn_algo)a;
+                            o.block_q = blocks[bi][0];
+                            o.block_k = blocks[bi][1];
+                            o.threads = th;
+                            o.lse = &lse.v;
+                            o.weights = a == 1 ? &w.v : NULL;
+                            snprintf(what, sizeof what, "%s %s %s algo %d blocks %lld/%lld",
+                                     va_files[fi], d ? "f64" : "f32", sd_lay_name[l], a,
+                                     (long long)o.block_q, (long long)o.block_k);
+                            attn_status st = attn_sdpa(&q.v, &k.v, &v.v, &o, &out.v, NULL, 0);
+                            ck_assert_msg(st == ATTN_OK, "%s: %s", what, attn_status_name(st));
+                            tu_check_close(&out.v, &want.v, TU_RTOL(dt), TU_ATOL(dt), what);
+                            tu_check_close(&lse.v, &wl.v, TU_RTOL(dt), TU_ATOL(dt), what);
+                            if (a == 1)
+                                tu_check_close(&w.v, &ww.v, TU_RTOL(dt), TU_ATOL(dt), what);
+                        }
+                sd_t *all[] = {&q, &k, &v, &out, &want, &wl, &ww, &lse, &w};
+                for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+                    sd_free(all[i]);
+                va_fx_free(&f);
+            }
+        fx_free(fx);
+    }
+}
+END_TEST
+
+/* ---- the same answers by other routes, at sizes with many tiles ------------------------ */
+
+/*
+ * A window is a band keep mask, ALiBi a bias -m_h |p - j|, packed sequences a
+ * block-diagonal keep mask over one long sequence: at T 300 with 64-row tiles the
+ * variant's tile skipping and slicing must give what the dense masks give (to rounding).
+ */
+START_TEST(va_equivalent_masks) {
+    enum { B = 1, H = 4, Hkv = 2, T = 300, D = 16 };
+    for (int d = 0; d < 2; ++d)
+        for (int kind = 0; kind < 3; ++kind) {
+            attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+            uint64_t seed = 5 + (uint64_t)kind;
+            sd_t q = sd_make(dt, (int64_t[]){B, H, T, D}, LY_CONTIG, &seed, 1.0);
+            sd_t k = sd_make(dt, (int64_t[]){B, Hkv, T, D}, LY_CONTIG, &seed, 1.0);
+            sd_t v = sd_make(dt, (int64_t[]){B, Hkv, T, D}, LY_CONTIG, &seed, 1.0);
+            sd_t o1 = sd_zeros(dt, 4, q.v.shape), o2 = sd_zeros(dt, 4, q.v.shape);
+            sd_t l1 = sd_zeros(dt, 3, q.v.shape), l2 = sd_zeros(dt, 3, q.v.shape);
+            sd_t keep = sd_zeros(ATTN_U8, 2, (int64_t[]){T, T});
+            sd_t bias = sd_zeros(dt, 4, (int64_t[]){1, H, T, T}), slopes = sd_zeros(dt, 1, (int64_t[]){H});
+            int64_t cu[5] = {0, 70, 71, 200, T};
+            attn_sdpa_opts var = {.causal = ATTN_CAUSAL_TOP_LEFT, .block_q = 64, .block_k = 64,
+                                  .lse = &l1.v},
+                           dense = var;
+            dense.lse = &l2.v;
+            uint8_t *km = keep.mem;
+            if (kind == 0) { /* window (37, 5) with causal: band j in [i - 37, i] */
+                var.window = true, var.window_left = 37, var.window_right = 5;
+                for (int64_t i = 0; i < T; ++i)
+                    for (int64_t j = 0; j < T; ++j)
+                        km[i * T + j] = j >= i - 37 && j <= i + 5;
+                dense.keep = &keep.v;
+            } else if (kind == 1) { /* ALiBi */
+                attn_alibi_slopes(&slopes.v, 0.0);
+                var.alibi = &slopes.v;
+                for (int64_t h = 0; h < H; ++h)
+                    for (int64_t i = 0; i < T; ++i)
+                        for (int64_t j = 0; j < T; ++j)
+                            tu_set(&bias.v, (int64_t[]){0, h, i, j},
+                                   -tu_get(&slopes.v, (int64_t[]){h}) * fabs((double)(i - j)));
+                dense.bias = &bias.v;
+            } else { /* four packed sequences (one of a single token), causal within each */
+                var.n_seqs = 4, var.cu_seqlens_q = cu, var.cu_seqlens_k = cu;
+                for (int n = 0; n < 4; ++n)
+                    for (int64_t i = cu[n]; i < cu[n + 1]; ++i)
+                        for (int64_t j = cu[n]; j < cu[n + 1]; ++j)
+                            km[i * T + j] = 1;
+                dense.keep = &keep.v;
+            }
+            for (int th = 1; th <= 2; ++th) {
+                var.threads = dense.threads = th;
+                ck_assert_int_eq(attn_sdpa(&q.v, &k.v, &v.v, &var, &o1.v, NULL, 0), ATTN_OK);
+                ck_assert_int_eq(attn_sdpa(&q.v, &k.v, &v.v, &dense, &o2.v, NULL, 0), ATTN_OK);
+                tu_check_close(&o1.v, &o2.v, TU_RTOL(dt), TU_ATOL(dt), "out, variant vs mask");
+                tu_check_close(&l1.v, &l2.v, TU_RTOL(dt), TU_ATOL(dt), "lse, variant vs mask");
+            }
+            sd_t *all[] = {&q, &k, &v, &o1, &o2, &l1, &l2, &keep, &bias, &slopes};
+            for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+                sd_free(all[i]);
+        }
+}
+END_TEST
+
+/* ---- O(T W): the products a window and packed sequences skip ------------------------- */
+
+/* Multiply-adds attn_sdpa hands to the BLAS for one call (one thread). */
+static double va_call_macs(const attn_view *q, const attn_view *k, const attn_view *v,
+                           attn_sdpa_opts o, attn_view *out) {
+    o.threads = 1;
+    va_macs = 0;
+    va_count_on = 1;
+    ck_assert_int_eq(attn_sdpa(q, k, v, &o, out, NULL, 0), ATTN_OK);
+    va_count_on = 0;
+    return va_macs;
+}
+
+/*
+ * T 4096, D 32, tiles 64 x 64: a causal window of 64 keys must run at most
+ * T (W + 2 * 64) (D + Dv) multiply-adds (the band plus a tile's edge on each side),
+ * under a tenth of full causal attention's; 16 packed sequences of 128 at most
+ * 16 * 256^2 (D + Dv), a sixteenth of one sequence's T^2.
+ */
+START_TEST(va_window_work) {
+    enum { T = 4096, D = 32, W = 64 };
+    uint64_t seed = 3;
+    sd_t q = sd_make(ATTN_F32, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t k = sd_make(ATTN_F32, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t v = sd_make(ATTN_F32, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t out = sd_zeros(ATTN_F32, 4, q.v.shape);
+    attn_sdpa_opts full = {.causal = ATTN_CAUSAL_TOP_LEFT, .algo = ATTN_ALGO_TILED,
+                           .block_q = 64, .block_k = 64},
+                   win = full, packed = full;
+    win.window = true, win.window_left = W - 1;
+    int64_t cu[17];
+    for (int n = 0; n <= 16; ++n)
+        cu[n] = n * (T / 16);
+    packed.n_seqs = 16, packed.cu_seqlens_q = cu, packed.cu_seqlens_k = cu;
+    double mf = va_call_macs(&q.v, &k.v, &v.v, full, &out.v);
+    double mw = va_call_macs(&q.v, &k.v, &v.v, win, &out.v);
+    double mp = va_call_macs(&q.v, &k.v, &v.v, packed, &out.v);
+    ck_assert_msg(mf > 0, "the BLAS hook saw no product");
+    ck_assert_msg(mw <= (double)T * (W + 2 * 64) * (2 * D) && mw * 10 < mf,
+                  "window: %.3g multiply-adds, full causal %.3g", mw, mf);
+    ck_assert_msg(mp <= 16.0 * (T / 16) * (T / 16) * (2 * D),
+                  "packed: %.3g multiply-adds, full causal %.3g", mp, mf);
+    sd_free(&q), sd_free(&k), sd_free(&v), sd_free(&out);
+}
+END_TEST
+
+/* ---- the ALiBi slopes ------------------------------------------------------------------ */
+
+/* attn_alibi_slopes against the generator's formula (BLOOM, ggml), H a power of two or not. */
+START_TEST(va_alibi_slopes) {
+    fx_file *fx = fx_load("variant_alibi_slopes.txt");
+    ck_assert_ptr_nonnull(fx);
+    static const int hs[] = {1, 2, 3, 4, 5, 8, 12, 16, 6};
+    for (size_t i = 0; i < sizeof hs / sizeof *hs; ++i)
+        for (int d = 0; d < 2; ++d) {
+            attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+            char name[32];
+            snprintf(name, sizeof name, i == 8 ? "slopes_%d_bias_4" : "slopes_%d", hs[i]);
+            sd_t want = sd_from_fx(fx_get(fx, name), ATTN_F64);
+            sd_t got = sd_zeros(dt, 1, (int64_t[]){hs[i]});
+            ck_assert_int_eq(attn_alibi_slopes(&got.v, i == 8 ? 4.0 : 0.0), ATTN_OK);
+            tu_check_close(&got.v, &want.v, d ? 1e-15 : 1e-7, 0, name);
+            sd_free(&want), sd_free(&got);
+        }
+    /* H 8, max_bias 8: 1/2 .. 1/256 exactly */
+    double s8[8];
+    attn_view v8, bad;
+    attn_view_init(&v8, ATTN_F64, s8, 1, (int64_t[]){8});
+    ck_assert_int_eq(attn_alibi_slopes(&v8, 8.0), ATTN_OK);
+    for (int h = 0; h < 8; ++h)
+        ck_assert(s8[h] == ldexp(1.0, -(h + 1)));
+    ck_assert_int_eq(attn_alibi_slopes(NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_alibi_slopes(&v8, -1), ATTN_EINVAL);
+    ck_assert_int_eq(attn_alibi_slopes(&v8, NAN), ATTN_EINVAL);
+    attn_view_init(&bad, ATTN_F64, s8, 2, (int64_t[]){2, 4});
+    ck_assert_int_eq(attn_alibi_slopes(&bad, 0), ATTN_ESHAPE);
+    attn_view_init_strided(&bad, ATTN_F64, s8, 1, (int64_t[]){4}, (int64_t[]){0});
+    ck_assert_int_eq(attn_alibi_slopes(&bad, 0), ATTN_ESTRIDE);
+    attn_view_init(&bad, ATTN_U8, s8, 1, (int64_t[]){4});
+    ck_assert_int_eq(attn_alibi_slopes(&bad, 0), ATTN_EDTYPE);
+    fx_free(fx);
+}
+END_TEST
+
+/* ---- bad input: a status, nothing written ------------------------------------------- */
+
+START_TEST(va_errors) {
+    enum { B = 2, H = 2, T = 4, D = 2 };
+    uint64_t seed = 9;
+    sd_t q = sd_make(ATTN_F64, (int64_t[]){B, H, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t q1 = sd_make(ATTN_F64, (int64_t[]){1, H, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t out = sd_make(ATTN_F64, (int64_t[]){B, H, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t out1 = sd_make(ATTN_F64, (int64_t[]){1, H, T, D}, LY_CONTIG, &seed, 1.0);
+    sd_t hv = sd_zeros(ATTN_F64, 1, (int64_t[]){H}), h3 = sd_zeros(ATTN_F64, 1, (int64_t[]){3});
+    sd_t hf = sd_zeros(ATTN_F32, 1, (int64_t[]){H}), h2d = sd_zeros(ATTN_F64, 2, (int64_t[]){1, H});
+    size_t ob = sizeof(double) * B * H * T * D;
+    void *snap = malloc(ob), *snap1 = malloc(ob / 2);
+    memcpy(snap, out.mem, ob);
+    memcpy(snap1, out1.mem, ob / 2);
+    int64_t cu_ok[3] = {0, 1, T}, cu_start[3] = {1, 1, T}, cu_dec[3] = {0, 3, 2},
+            cu_end[3] = {0, 1, T - 1};
+    struct {
+        attn_sdpa_opts o;
+        bool packed; /* on the B 1 views */
+        attn_status want;
+        const char *what;
+    } cases[] = {
+        {{.window = true, .window_left = -1}, false, ATTN_EINVAL, "window_left -1"},
+        {{.window = true, .window_right = -2}, false, ATTN_EINVAL, "window_right -2"},
+        {{.window_left = 3}, false, ATTN_EINVAL, "window sizes without window"},
+        {{.softcap = -1}, false, ATTN_EINVAL, "softcap -1"},
+        {{.softcap = INFINITY}, false, ATTN_EINVAL, "softcap inf"},
+        {{.softcap = NAN}, false, ATTN_EINVAL, "softcap NaN"},
+        {{.alibi = &h3.v}, false, ATTN_ESHAPE, "alibi (3)"},
+        {{.alibi = &h2d.v}, false, ATTN_ESHAPE, "alibi (1, H)"},
+        {{.alibi = &hf.v}, false, ATTN_EDTYPE, "alibi f32"},
+        {{.sinks = &h3.v}, false, ATTN_ESHAPE, "sinks (3)"},
+        {{.sinks = &hf.v}, false, ATTN_EDTYPE, "sinks f32"},
+        {{.dsinks = &hv.v}, false, ATTN_EINVAL, "dsinks to the forward"},
+        {{.n_seqs = -1}, false, ATTN_EINVAL, "n_seqs -1"},
+        {{.n_seqs = 2, .cu_seqlens_q = cu_ok}, true, ATTN_EINVAL, "cu_seqlens_k missing"},
+        {{.cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_ok}, true, ATTN_EINVAL,
+         "cu_seqlens without n_seqs"},
+        {{.n_seqs = 2, .cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_ok}, false, ATTN_ESHAPE,
+         "n_seqs with B 2"},
+        {{.n_seqs = 2, .cu_seqlens_q = cu_start, .cu_seqlens_k = cu_ok}, true, ATTN_ERANGE,
+         "cu_seqlens_q not starting at 0"},
+        {{.n_seqs = 2, .cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_dec}, true, ATTN_ERANGE,
+         "cu_seqlens_k decreasing"},
+        {{.n_seqs = 2, .cu_seqlens_q = cu_end, .cu_seqlens_k = cu_ok}, true, ATTN_ERANGE,
+         "cu_seqlens_q not ending at Tq"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
+        attn_view *qq = cases[i].packed ? &q1.v : &q.v, *oo = cases[i].packed ? &out1.v : &out.v;
+        attn_status st = attn_sdpa(qq, qq, qq, &cases[i].o, oo, NULL, 0);
+        ck_assert_msg(st == cases[i].want, "%s: got %s", cases[i].what, attn_status_name(st));
+        ck_assert_msg(attn_sdpa_workspace_size(qq, qq, qq, &cases[i].o) == 0, "%s: size",
+                      cases[i].what);
+        ck_assert_msg(!memcmp(snap, out.mem, ob) && !memcmp(snap1, out1.mem, ob / 2),
+                      "%s: out written", cases[i].what);
+    }
+    free(snap), free(snap1);
+    sd_t *all[] = {&q, &q1, &out, &out1, &hv, &h3, &hf, &h2d};
+    for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+        sd_free(all[i]);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("variants");
+    TCase *tc = tcase_create("attn_sdpa");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, va_fixtures);
+    tcase_add_test(tc, va_equivalent_masks);
+    tcase_add_test(tc, va_window_work);
+    tcase_add_test(tc, va_errors);
+    tcase_add_test(tc, va_alibi_slopes);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
