@@ -171,6 +171,144 @@ START_TEST(va_fixtures) {
 }
 END_TEST
 
+/*
+ * The backward of each fixture (from this library's own out and lse), block sizes
+ * 1 to 64, 1 and 2 threads, both dtypes and layouts: dq, dk, dv and dsinks agree with
+ * the generator's autograd, accumulated onto what the gradients held.
+ */
+START_TEST(va_fixtures_backward) {
+    static const int64_t blocks[][2] = {{0, 0}, {1, 1}, {3, 2}, {4, 5}, {64, 3}};
+    for (size_t fi = 0; fi < VA_NFILES; ++fi) {
+        fx_file *fx = fx_load(va_files[fi]);
+        ck_assert_msg(fx != NULL, "%s", va_files[fi]);
+        for (int d = 0; d < 2; ++d)
+            for (int lay = 0; lay < 2; ++lay) {
+                attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+                sd_lay l = lay ? LY_BTHD : LY_CONTIG;
+                va_fx f;
+                va_fx_opts(fx, dt, &f);
+                sd_t q = va_tensor(fx, "q", dt, l), k = va_tensor(fx, "k", dt, l);
+                sd_t v = va_tensor(fx, "v", dt, l), out = va_tensor(fx, "out", dt, l);
+                sd_t dout = va_tensor(fx, "dout", dt, l);
+                sd_t lse = sd_zeros(dt, 3, q.v.shape);
+                sd_t dq = va_tensor(fx, "dq", dt, l), dk = va_tensor(fx, "dk", dt, l);
+                sd_t dv = va_tensor(fx, "dv", dt, l);
+                sd_t wq = sd_from_fx(fx_get(fx, "dq"), ATTN_F64);
+                sd_t wk = sd_from_fx(fx_get(fx, "dk"), ATTN_F64);
+                sd_t wv = sd_from_fx(fx_get(fx, "dv"), ATTN_F64);
+                bool sinks = fx_find(fx, "dsinks") != NULL;
+                sd_t ds = sd_zeros(dt, 1, (int64_t[]){q.v.shape[1]}), wds = ds;
+                if (sinks)
+                    wds = sd_from_fx(fx_get(fx, "dsinks"), ATTN_F64);
+                attn_sdpa_opts o = f.o;
+                o.lse = &lse.v;
+                ck_assert_int_eq(attn_sdpa(&q.v, &k.v, &v.v, &o, &out.v, NULL, 0), ATTN_OK);
+                char what[160];
+                for (size_t bi = 0; bi < sizeof blocks / sizeof *blocks; ++bi)
+                    for (int th = 1; th <= 2; ++th) {
+                        attn_sdpa_opts ob = f.o;
+                        ob.block_q = blocks[bi][0];
+                        ob.block_k = blocks[bi][1];
+                        ob.threads = th;
+                        ob.dsinks = sinks ? &ds.v : NULL;
+                        attn_view *g[4] = {&dq.v, &dk.v, &dv.v, &ds.v};
+                        for (int i = 0; i < 4; ++i) { /* the gradients start at -0.5 */
+                            int64_t idx[4] = {0};
+                            do
+                                tu_set(g[i], idx, -0.5);
+                            while (tu_inc(idx, g[i]->shape, g[i]->ndim));
+                        }
+                        attn_status st = attn_sdpa_backward(&q.v, &k.v, &v.v, &ob, &out.v,
+                                                            &lse.v, &dout.v, &dq.v, &dk.v,
+                                                            &dv.v, NULL, 0);
+                        snprintf(what, sizeof what, "%s %s %s blocks %lld/%lld threads %d",
+                                 va_files[fi], d ? "f64" : "f32", sd_lay_name[l],
+                                 (long long)ob.block_q, (long long)ob.block_k, th);
+                        ck_assert_msg(st == ATTN_OK, "%s: %s", what, attn_status_name(st));
+                        sd_t *got[4] = {&dq, &dk, &dv, &ds}, *want[4] = {&wq, &wk, &wv, &wds};
+                        for (int i = 0; i < (sinks ? 4 : 3); ++i) {
+                            int64_t idx[4] = {0};
+                            do
+                                tu_set(&got[i]->v, idx, tu_get(&got[i]->v, idx) + 0.5);
+                            while (tu_inc(idx, got[i]->v.shape, got[i]->v.ndim));
+                            tu_check_close(&got[i]->v, &want[i]->v, TU_RTOL(dt),
+                                           dt == ATTN_F64 ? 1e-12 : 1e-5, what);
+                        }
+                    }
+                sd_t *all[] = {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, &wq, &wk, &wv, &ds};
+                for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+                    sd_free(all[i]);
+                if (sinks)
+                    sd_free(&wds);
+                va_fx_free(&f);
+            }
+        fx_free(fx);
+    }
+}
+END_TEST
+
+/* sum(out * dout) of this library's forward (f64). */
+static double va_loss(const attn_view *q, const attn_view *k, const attn_view *v,
+                      const attn_sdpa_opts *o, attn_view *out, const attn_view *dout) {
+    ck_assert_int_eq(attn_sdpa(q, k, v, o, out, NULL, 0), ATTN_OK);
+    double l = 0;
+    int64_t idx[4] = {0};
+    do
+        l += tu_get(out, idx) * tu_get(dout, idx);
+    while (tu_inc(idx, out->shape, 4));
+    return l;
+}
+
+/*
+ * Every variant at once (variant_all.txt: window, softcap, ALiBi, sinks, keep, bias,
+ * kv_len, GQA), f64: each element of q, k, v and sinks against central differences
+ * of this library's own forward (step 1e-6; the differences are good to ~1e-8).
+ */
+START_TEST(va_backward_finite_differences) {
+    fx_file *fx = fx_load("variant_all.txt");
+    ck_assert_ptr_nonnull(fx);
+    va_fx f;
+    va_fx_opts(fx, ATTN_F64, &f);
+    sd_t q = va_tensor(fx, "q", ATTN_F64, LY_CONTIG), k = va_tensor(fx, "k", ATTN_F64, LY_CONTIG);
+    sd_t v = va_tensor(fx, "v", ATTN_F64, LY_CONTIG), out = va_tensor(fx, "out", ATTN_F64, LY_CONTIG);
+    sd_t dout = va_tensor(fx, "dout", ATTN_F64, LY_CONTIG), lse = sd_zeros(ATTN_F64, 3, q.v.shape);
+    sd_t dq = sd_zeros(ATTN_F64, 4, q.v.shape), dk = sd_zeros(ATTN_F64, 4, k.v.shape);
+    sd_t dv = sd_zeros(ATTN_F64, 4, v.v.shape), ds = sd_zeros(ATTN_F64, 1, f.sinks.v.shape);
+    attn_sdpa_opts o = f.o;
+    o.lse = &lse.v;
+    va_loss(&q.v, &k.v, &v.v, &o, &out.v, &dout.v);
+    attn_sdpa_opts ob = f.o;
+    ob.dsinks = &ds.v;
+    ck_assert_int_eq(attn_sdpa_backward(&q.v, &k.v, &v.v, &ob, &out.v, &lse.v, &dout.v, &dq.v,
+                                        &dk.v, &dv.v, NULL, 0),
+                     ATTN_OK);
+    sd_t *x[4] = {&q, &k, &v, &f.sinks}, *g[4] = {&dq, &dk, &dv, &ds};
+    sd_t scratch = sd_zeros(ATTN_F64, 4, out.v.shape);
+    double worst = 0;
+    for (int t = 0; t < 4; ++t) {
+        int64_t n = tu_numel(&x[t]->v);
+        double *xd = x[t]->mem, *gd = g[t]->mem;
+        for (int64_t e = 0; e < n; e += (t == 3 ? 1 : 7)) {
+            double x0 = xd[e], h = 1e-6;
+            xd[e] = x0 + h;
+            double lp = va_loss(&q.v, &k.v, &v.v, &f.o, &scratch.v, &dout.v);
+            xd[e] = x0 - h;
+            double lm = va_loss(&q.v, &k.v, &v.v, &f.o, &scratch.v, &dout.v);
+            xd[e] = x0;
+            double fd = (lp - lm) / (2 * h), err = fabs(fd - gd[e]) / (1 + fabs(fd));
+            worst = err > worst ? err : worst;
+            ck_assert_msg(err < 1e-6, "tensor %d element %lld: backward %.12g, differences %.12g",
+                          t, (long long)e, gd[e], fd);
+        }
+    }
+    sd_t *all[] = {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, &ds, &scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+        sd_free(all[i]);
+    va_fx_free(&f);
+    fx_free(fx);
+}
+END_TEST
+
 /* ---- the same answers by other routes, at sizes with many tiles ------------------------ */
 
 /*
@@ -276,6 +414,26 @@ START_TEST(va_window_work) {
                   "window: %.3g multiply-adds, full causal %.3g", mw, mf);
     ck_assert_msg(mp <= 16.0 * (T / 16) * (T / 16) * (2 * D),
                   "packed: %.3g multiply-adds, full causal %.3g", mp, mf);
+    /* the backward: five products per visited (64 x 64) tile pair, at most three tiles
+       of the key grid per query block for a window of 64 */
+    sd_t lse = sd_zeros(ATTN_F32, 3, q.v.shape), dq = sd_zeros(ATTN_F32, 4, q.v.shape);
+    double mb[2];
+    for (int w = 0; w < 2; ++w) {
+        attn_sdpa_opts o = w ? win : full;
+        o.lse = &lse.v;
+        ck_assert_int_eq(attn_sdpa(&q.v, &k.v, &v.v, &o, &out.v, NULL, 0), ATTN_OK);
+        o.threads = 1;
+        va_macs = 0;
+        va_count_on = 1;
+        ck_assert_int_eq(attn_sdpa_backward(&q.v, &k.v, &v.v, &o, &out.v, &lse.v, &v.v, &dq.v,
+                                            NULL, NULL, NULL, 0),
+                         ATTN_OK);
+        va_count_on = 0;
+        mb[w] = va_macs;
+    }
+    ck_assert_msg(mb[1] <= (double)T * 3 * 64 * (3 * D) && mb[1] * 5 < mb[0],
+                  "window backward: %.3g multiply-adds, full causal %.3g", mb[1], mb[0]);
+    sd_free(&lse), sd_free(&dq);
     sd_free(&q), sd_free(&k), sd_free(&v), sd_free(&out);
 }
 END_TEST
@@ -375,6 +533,31 @@ START_TEST(va_errors) {
         ck_assert_msg(!memcmp(snap, out.mem, ob) && !memcmp(snap1, out1.mem, ob / 2),
                       "%s: out written", cases[i].what);
     }
+    /* the backward's dsinks: without sinks, of the wrong shape, over an input */
+    sd_t lse = sd_zeros(ATTN_F64, 3, q.v.shape), dq = sd_zeros(ATTN_F64, 4, q.v.shape);
+    attn_sdpa_opts fo = {.sinks = &hv.v, .lse = &lse.v};
+    ck_assert_int_eq(attn_sdpa(&q.v, &q.v, &q.v, &fo, &out.v, NULL, 0), ATTN_OK);
+    memcpy(snap, dq.mem, ob);
+    double hsnap[H] = {0};
+    attn_view qh; /* H elements at the start of q */
+    attn_view_init(&qh, ATTN_F64, q.mem, 1, (int64_t[]){H});
+    struct {
+        attn_sdpa_opts o;
+        attn_status want;
+        const char *what;
+    } bw[] = {{{.dsinks = &hv.v}, ATTN_EINVAL, "dsinks without sinks"},
+              {{.sinks = &hv.v, .dsinks = &h3.v}, ATTN_ESHAPE, "dsinks (3)"},
+              {{.sinks = &hv.v, .dsinks = &hf.v}, ATTN_EDTYPE, "dsinks f32"},
+              {{.sinks = &hv.v, .dsinks = &qh}, ATTN_EALIAS, "dsinks over q"},
+              {{.sinks = &hv.v, .dsinks = &hv.v}, ATTN_EALIAS, "dsinks over sinks"}};
+    for (size_t i = 0; i < sizeof bw / sizeof *bw; ++i) {
+        attn_status st = attn_sdpa_backward(&q.v, &q.v, &q.v, &bw[i].o, &out.v, &lse.v, &out.v,
+                                            &dq.v, NULL, NULL, NULL, 0);
+        ck_assert_msg(st == bw[i].want, "%s: got %s", bw[i].what, attn_status_name(st));
+        ck_assert_msg(!memcmp(snap, dq.mem, ob) && !memcmp(hsnap, hv.mem, sizeof hsnap),
+                      "%s: a gradient written", bw[i].what);
+    }
+    sd_free(&lse), sd_free(&dq);
     free(snap), free(snap1);
     sd_t *all[] = {&q, &q1, &out, &out1, &hv, &h3, &hf, &h2d};
     for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
@@ -387,6 +570,8 @@ int main(void) {
     TCase *tc = tcase_create("attn_sdpa");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, va_fixtures);
+    tcase_add_test(tc, va_fixtures_backward);
+    tcase_add_test(tc, va_backward_finite_differences);
     tcase_add_test(tc, va_equivalent_masks);
     tcase_add_test(tc, va_window_work);
     tcase_add_test(tc, va_errors);

@@ -325,21 +325,23 @@ ATTN_API size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k,
  * out (B, H, Tq, Dv) and lse (B, H, Tq) are the forward's outputs (lse is
  * required: run the forward with opts.lse set), dout has out's shape; dq, dk,
  * dv have q's, k's, v's shapes, any strides. opts must be the forward's
- * (masks, causal, kv_len, scale); its weights and lse fields are ignored and
- * algo/block sizes may differ. The TILED path recomputes P tile by tile and
+ * (masks, causal, kv_len, scale, the variants); its weights and lse fields
+ * are ignored and algo/block sizes may differ. With sinks, dsinks (H) (or
+ * NULL) accumulates dL/dsinks[h] = -sum_{b,i} e^{sinks[h] - lse_bhi}
+ * (dout_bhi . out_bhi); dsinks without sinks is ATTN_EINVAL. Softcap's
+ * derivative 1 - tanh^2 is applied to dS; windows and packed sequences skip
+ * the tiles outside them as in the forward. The TILED path recomputes P tile by tile and
  * never stores a Tq x Tk matrix; rows with no visible key contribute exactly
  * zero, as do pairs of weight 0 (NaN in their q, k, v, dout included). Exact
  * at any finite logit magnitude: a row whose saved lse is too large to
  * recompute P from (|lse| >= 64 f32, 1024 f64) gets one more pass of its
  * scores (docs/numerics.md "Backward at large logits").
- * Gradients must not overlap any input or each other.
+ * Gradients (dsinks included) must not overlap any input or each other.
  * Workspace: attn_sdpa_backward_workspace_size(q, k, v, opts) bytes (sized
  * for strided gradient views; independent of Tk for TILED); NULL/0
  * allocates. Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out/lse/dout, bad
  * options), ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE, ATTN_EALIAS, ATTN_ERANGE,
- * ATTN_EUNSUPPORTED (the attention variants: window, softcap, alibi, sinks,
- * dsinks, packed sequences), ATTN_EWORKSPACE, ATTN_ENOMEM; on error nothing
- * is written. Since 0.1.
+ * ATTN_EWORKSPACE, ATTN_ENOMEM; on error nothing is written. Since 0.1.
  */
 ATTN_API attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k,
                                         const attn_view *v, const attn_sdpa_opts *opts,

@@ -234,7 +234,7 @@ void attn__sdpa_scores_gemm(const attn__sdpa_plan *p, const attn_view *q, const 
 
 void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
                          int64_t lim, void *row) {
-    if (!p->has_bias && !p->has_keep)
+    if (!p->has_bias && !p->has_keep && !p->variant)
         return;
     if (p->dt == ATTN_F32)
         mask_row_f32(p, b, h, i, j0, lim, row);

@@ -18,7 +18,7 @@ typedef struct bwd_ctx {
     const attn_view       *q, *k, *v, *out, *lse, *dout;
     attn_view             *dq, *dk, *dv;
     unsigned               want; /* which gradients were given */
-    size_t                 off_p, off_ds, off_gw, off_kap, gws, per_thread;
+    size_t off_p, off_ds, off_g, off_gw, off_kap, gws, per_thread;
     attn__rows_f64         kappa; /* given corrections (base NULL: computed per block) */
     attn__rows_f64         sums;  /* attn__sdpa_lse_sums: where the row sums go */
 } bwd_ctx;
@@ -83,7 +83,8 @@ static attn_status layout(bwd_ctx *c) {
     }
     c->off_p = 0;
     c->off_ds = attn__align64(tilesz);
-    c->off_gw = c->off_ds + attn__align64(tilesz);
+    c->off_g = c->off_ds + attn__align64(tilesz); /* softcap: its derivative per score */
+    c->off_gw = c->off_g + (p->softcap > 0 ? attn__align64(tilesz) : 0);
     /* the lse corrections of one query block: a tag, bq doubles, bq flags */
     size_t kap = sizeof(bwd_kap) + (size_t)p->bq * (sizeof(double) + 1);
     if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->off_kap) ||
@@ -105,15 +106,29 @@ attn_status attn__sdpa_backward_check(const attn__sdpa_plan *p, const attn_view 
         {dout, true, 4, {os[0], os[1], os[2], os[3]}},
     };
     ATTN_TRY(attn__check_views(p->dt, saved, 3));
-    /* the gradients: optional, shaped as q, k, v */
-    attn__spec grads[3] = {{dq, false, 4, {0}}, {dk, false, 4, {0}}, {dv, false, 4, {0}}};
+    /* the gradients: optional, shaped as q, k, v, and dsinks (H) with sinks */
+    const attn_view *dsinks = opts ? opts->dsinks : NULL;
+    if (dsinks && !p->has_sinks)
+        return ATTN_EINVAL;
+    attn__spec grads[4] = {{dq, false, 4, {0}},
+                           {dk, false, 4, {0}},
+                           {dv, false, 4, {0}},
+                           {dsinks, false, 1, {p->H}}};
     const attn_view *like[3] = {q, k, v};
     for (int i = 0; i < 3; ++i)
         for (int d = 0; d < 4; ++d)
             grads[i].shape[d] = like[i]->shape[d];
-    const attn_view *ins[8] = {q, k, v, out, lse, dout, opts ? opts->keep : NULL,
-                               opts ? opts->bias : NULL};
-    return attn__check_outputs(p->dt, grads, 3, ins, 8);
+    const attn_view *ins[10] = {q,
+                                k,
+                                v,
+                                out,
+                                lse,
+                                dout,
+                                opts ? opts->keep : NULL,
+                                opts ? opts->bias : NULL,
+                                opts ? opts->alibi : NULL,
+                                opts ? opts->sinks : NULL};
+    return attn__check_outputs(p->dt, grads, 4, ins, 10);
 }
 /*
  * Who writes what (docs/design.md "sdpa"): dK/dV of a key/value head gather
@@ -188,8 +203,6 @@ static attn_status workspace(const bwd_ctx *c, const bwd_sched *s, size_t *total
 attn_status attn__sdpa_backward_need(const attn__sdpa_plan *p, const attn_view *q,
                                      const attn_view *k, const attn_view *v, size_t *bytes) {
     bwd_ctx c = {.p = p, .q = q, .k = k, .v = v, .want = WANT_DQ | WANT_DK | WANT_DV};
-    if (p->variant) /* window, softcap, ALiBi, sinks, packed sequences: forward only */
-        return ATTN_EUNSUPPORTED;
     ATTN_TRY(layout(&c));
     bwd_sched s = schedule(&c);
     return workspace(&c, &s, bytes);
@@ -276,11 +289,45 @@ void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q, const att
             }
 }
 
+/*
+ * dsinks[h] += -sum_{b, i} e^{sink_h - lse_bhi} (dout_bhi . out_bhi): the sink takes
+ * weight e^{sink - lse} from every row, and d lse / d sink is that weight, so
+ * dL/dsink = sum_i sum_j dP_ij dP_ij/dsink = -sum_i P_sink,i delta_i (in double).
+ */
+static void dsinks_run(const attn__sdpa_plan *p, const attn_view *out, const attn_view *lse,
+                       const attn_view *dout, attn_view *dsinks) {
+    size_t es = attn_dtype_size(p->dt);
+    for (int64_t h = 0; h < p->H; ++h) {
+        double sink = attn__sdpa_sink(p, h), acc = 0;
+        for (int64_t b = 0; b < p->B; ++b)
+            for (int64_t i = 0; i < p->Tq; ++i) {
+                double delta = 0, L;
+                for (int64_t d = 0; d < p->Dv; ++d) {
+                    const void *o = attn__at4(out, b, h, i, d),
+                               *g = attn__at4(dout, b, h, i, d);
+                    delta += p->dt == ATTN_F32
+                                 ? (double)*(const float *)o * (double)*(const float *)g
+                                 : *(const double *)o * *(const double *)g;
+                }
+                const void *l = attn__at3(lse, b, h, i);
+                L = p->dt == ATTN_F32 ? (double)*(const float *)l : *(const double *)l;
+                acc -= exp(sink - L) * delta;
+            }
+        char *at = (char *)dsinks->data + h * dsinks->stride[0] * (int64_t)es;
+        if (p->dt == ATTN_F32)
+            *(float *)at = (float)((double)*(float *)at + acc);
+        else
+            *(double *)at += acc;
+    }
+}
+
 size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
                                          const attn_view *v, const attn_sdpa_opts *opts) {
     attn__sdpa_plan p;
     size_t need;
-    if ((opts && opts->dsinks) || attn__sdpa_plan_init(q, k, v, opts, false, &p) != ATTN_OK ||
+    attn_sdpa_opts o = opts ? *opts : (attn_sdpa_opts){0};
+    o.dsinks = NULL; /* the forward's options refuse dsinks */
+    if (attn__sdpa_plan_init(q, k, v, &o, false, &p) != ATTN_OK ||
         attn__sdpa_backward_need(&p, q, k, v, &need) != ATTN_OK)
         return 0;
     return need;
@@ -296,14 +343,27 @@ attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const att
     o.dsinks = NULL; /* the forward's options refuse dsinks */
     ATTN_TRY(attn__sdpa_plan_init(q, k, v, &o, false, &p));
     ATTN_TRY(attn__sdpa_backward_check(&p, q, k, v, opts, out, lse, dout, dq, dk, dv));
-    if (opts && opts->dsinks)
-        return ATTN_EUNSUPPORTED;
     ATTN_TRY(attn__sdpa_backward_need(&p, q, k, v, &need));
     void *owned = NULL;
-    const attn_view *all[11] = {q, k, v, out, lse, dout, dq, dk, dv,
-                                opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    ATTN_TRY(attn__work_take(&work, &work_size, need, all, 11, &owned));
+    attn_view *dsinks = opts ? opts->dsinks : NULL;
+    const attn_view *all[14] = {q,
+                                k,
+                                v,
+                                out,
+                                lse,
+                                dout,
+                                dq,
+                                dk,
+                                dv,
+                                dsinks,
+                                opts ? opts->keep : NULL,
+                                opts ? opts->bias : NULL,
+                                opts ? opts->alibi : NULL,
+                                opts ? opts->sinks : NULL};
+    ATTN_TRY(attn__work_take(&work, &work_size, need, all, 14, &owned));
     attn__sdpa_backward_run(&p, q, k, v, out, lse, dout, dq, dk, dv, work, work_size);
+    if (dsinks)
+        dsinks_run(&p, out, lse, dout, dsinks);
     free(owned);
     return ATTN_OK;
 }
