@@ -220,6 +220,12 @@ module attn_capi
     type(c_ptr) :: bias = c_null_ptr
     integer(c_int) :: threads = 0_c_int
     integer(c_int64_t) :: split = 0_c_int64_t
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
   end type attn_decode_opts
 
   ! decode.h: struct attn_decoder_config

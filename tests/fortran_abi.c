@@ -136,6 +136,12 @@ int main(void) {
     printf("attn_decode_opts.bias %zu %zu\n", offsetof(attn_decode_opts, bias), sizeof(((const attn_decode_opts *)0)->bias));
     printf("attn_decode_opts.threads %zu %zu\n", offsetof(attn_decode_opts, threads), sizeof(((const attn_decode_opts *)0)->threads));
     printf("attn_decode_opts.split %zu %zu\n", offsetof(attn_decode_opts, split), sizeof(((const attn_decode_opts *)0)->split));
+    printf("attn_decode_opts.window %zu %zu\n", offsetof(attn_decode_opts, window), sizeof(((const attn_decode_opts *)0)->window));
+    printf("attn_decode_opts.window_left %zu %zu\n", offsetof(attn_decode_opts, window_left), sizeof(((const attn_decode_opts *)0)->window_left));
+    printf("attn_decode_opts.window_right %zu %zu\n", offsetof(attn_decode_opts, window_right), sizeof(((const attn_decode_opts *)0)->window_right));
+    printf("attn_decode_opts.softcap %zu %zu\n", offsetof(attn_decode_opts, softcap), sizeof(((const attn_decode_opts *)0)->softcap));
+    printf("attn_decode_opts.alibi %zu %zu\n", offsetof(attn_decode_opts, alibi), sizeof(((const attn_decode_opts *)0)->alibi));
+    printf("attn_decode_opts.sinks %zu %zu\n", offsetof(attn_decode_opts, sinks), sizeof(((const attn_decode_opts *)0)->sinks));
     printf("attn_decoder_config %zu\n", sizeof(attn_decoder_config));
     printf("attn_decoder_config.self_attn %zu %zu\n", offsetof(attn_decoder_config, self_attn), sizeof(((const attn_decoder_config *)0)->self_attn));
     printf("attn_decoder_config.cross %zu %zu\n", offsetof(attn_decoder_config, cross), sizeof(((const attn_decoder_config *)0)->cross));

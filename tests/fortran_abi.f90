@@ -202,6 +202,18 @@ program fortran_abi
     c_sizeof(t12%threads)
   print '(a, 2(1x, i0))', 'attn_decode_opts.split', off(c_loc(t12%split), c_loc(t12)), &
     c_sizeof(t12%split)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.window', off(c_loc(t12%window), c_loc(t12)), &
+    c_sizeof(t12%window)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.window_left', off(c_loc(t12%window_left), &
+    c_loc(t12)), c_sizeof(t12%window_left)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.window_right', off(c_loc(t12%window_right), &
+    c_loc(t12)), c_sizeof(t12%window_right)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.softcap', off(c_loc(t12%softcap), c_loc(t12)), &
+    c_sizeof(t12%softcap)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.alibi', off(c_loc(t12%alibi), c_loc(t12)), &
+    c_sizeof(t12%alibi)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.sinks', off(c_loc(t12%sinks), c_loc(t12)), &
+    c_sizeof(t12%sinks)
   print '(a, 1x, i0)', 'attn_decoder_config', c_sizeof(t13)
   print '(a, 2(1x, i0))', 'attn_decoder_config.self_attn', off(c_loc(t13%self_attn), c_loc(t13)), &
     c_sizeof(t13%self_attn)

@@ -103,8 +103,8 @@ typedef struct attn_step_opts {
     attn_rope_config rope; /* attn_mha_step only (a decoder takes it from its config) */
     int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
     int64_t split;         /* keys per split of the decode kernel; 0 -> automatic */
-    /* attention variants as in attn_sdpa_opts, keys at absolute cache positions (not
-       yet supported by the cached steps: ATTN_EUNSUPPORTED when set) */
+    /* attention variants as in attn_sdpa_opts (self-attention only), positions absolute:
+       new token i of batch b at len[b] + i, key j at j */
     bool window;
     int64_t window_left, window_right;
     double softcap;
@@ -124,7 +124,9 @@ typedef struct attn_step_opts {
  * where query i sees keys j <= L + i (bottom-right causal alignment: the
  * same result as attn_mha_forward over the whole prefix with
  * ATTN_CAUSAL_TOP_LEFT, to rounding), masked further by keep and bias
- * (absolute key positions). GQA: query head h reads key/value head
+ * (absolute key positions), and by the variants of opts (window, softcap,
+ * ALiBi, sinks: docs/numerics.md, positions L + i and j). GQA: query head h
+ * reads key/value head
  * h / (H / Hkv). Prefill (Tq = prompt length) and decode (Tq = 1) are the
  * same call. Rows i >= n_new[b] of out are 0 and append nothing.
  * The attention runs the split-KV decode kernel when Tq is small (each
@@ -145,7 +147,7 @@ typedef struct attn_step_opts {
  * parameter of the wrong shape, masks that do not broadcast), ATTN_ESTRIDE,
  * ATTN_EALIAS, ATTN_ERANGE (per-batch lengths: len[b] outside [0, Tmax],
  * n_new[b] outside [0, Tq], or len[b] + n_new[b] > Tmax: the cache would
- * overflow), ATTN_EUNSUPPORTED (window, softcap, alibi or sinks set),
+ * overflow),
  * ATTN_EWORKSPACE, ATTN_ENOMEM. Since 0.2.
  */
 ATTN_API attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
@@ -168,6 +170,13 @@ typedef struct attn_decode_opts {
     const attn_view *bias; /* additive, q's dtype, same broadcasting and indexing */
     int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
     int64_t split;         /* keys per split; 0 -> automatic */
+    /* attention variants as in attn_sdpa_opts, query row i of batch b at absolute
+       position p = len[b] - Tq + i, key j at j */
+    bool window;
+    int64_t window_left, window_right;
+    double softcap;
+    const attn_view *alibi; /* (H) */
+    const attn_view *sinks; /* (H) */
 } attn_decode_opts;
 
 /**
@@ -177,7 +186,9 @@ typedef struct attn_decode_opts {
  * j <= L - Tq + i (bottom-right causal; causal false: every j < L):
  *   out[b, h, i] = softmax_j(scale q_i . k_j + bias) v_j,   lse[b, h, i] = log sum exp,
  * with keep and bias (opts) masking as in attn_sdpa: keep = 0 or a -inf bias
- * hides key j, whatever its score (NaN included).
+ * hides key j, whatever its score (NaN included); and the variants of opts
+ * (window, softcap, ALiBi, sinks; docs/numerics.md) with query row i at
+ * position p = L - Tq + i and key j at j.
  * The keys of each (b, h) are cut into splits of opts->split keys (0 ->
  * enough splits to give every thread work when B H is below the thread
  * count); each split's partial (out, lse) is merged through the lse, the
@@ -357,8 +368,8 @@ ATTN_API size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cf
  * SA = attn_mha_step on self_cache (RoPE from cfg.rope; opts.rope must be
  * off) and CA over the projected memory mem (attn_decoder_memory; NULL
  * without cross-attention), keys 0..mem->len[b]-1, no causal mask.
- * x, out (B, Tq, C); opts as attn_mha_step (keep and bias apply to the
- * self-attention, n_new to both). Equal, at every step, to
+ * x, out (B, Tq, C); opts as attn_mha_step (keep, bias and the variants apply
+ * to the self-attention, n_new to both). Equal, at every step, to
  * attn_decoder_forward over the whole prefix with a causal self-attention
  * (the rows of the new tokens). Returns the statuses of attn_mha_step and
  * ATTN_EINVAL (mem given without cross-attention or missing with it, rope in

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The argument validators every public entry point shares: views, q/k/v, outputs and their
  * aliasing, per-batch lengths, workspaces. */
+#include <math.h>
+
 #include "core/internal.h"
 
 attn_status attn__want(const attn_view *v, attn_dtype dt, int ndim, const int64_t *shape) {
@@ -158,4 +160,13 @@ attn_status attn__check_offsets(const int64_t *cu, int64_t n, int64_t total) {
         if (cu[s + 1] < cu[s])
             return ATTN_ERANGE;
     return ATTN_OK;
+}
+
+attn_status attn__check_variants(attn_dtype dt, int64_t H, bool window, int64_t wl, int64_t wr,
+                                 double softcap, const attn_view *alibi,
+                                 const attn_view *sinks) {
+    if (wl < 0 || wr < 0 || (!window && (wl || wr)) || !(softcap >= 0) || !isfinite(softcap))
+        return ATTN_EINVAL;
+    const attn__spec hv[2] = {{alibi, false, 1, {H}}, {sinks, false, 1, {H}}};
+    return attn__check_views(dt, hv, 2);
 }

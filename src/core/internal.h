@@ -143,6 +143,15 @@ ATTN_HIDDEN attn_status attn__check_mask(const attn_view *m, attn_dtype dt, int 
  */
 ATTN_HIDDEN attn_status attn__check_lengths(const int64_t *len, int64_t n, int64_t hi);
 /*
+ * The attention variants every attention entry point takes (attn_sdpa_opts,
+ * attn_decode_opts, attn_step_opts): window sizes >= 0, and 0 unless the
+ * window is on, softcap finite and >= 0 (ATTN_EINVAL); alibi and sinks NULL
+ * or (H) of dtype dt (ATTN_EDTYPE, ATTN_ESHAPE).
+ */
+ATTN_HIDDEN attn_status attn__check_variants(attn_dtype dt, int64_t H, bool window, int64_t wl,
+                                             int64_t wr, double softcap, const attn_view *alibi,
+                                             const attn_view *sinks);
+/*
  * Offsets of n packed sequences cu[0..n] (non-NULL): cu[0] == 0, non-decreasing,
  * cu[n] == total; ATTN_ERANGE otherwise, as a length out of range.
  */

@@ -70,13 +70,11 @@ void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq, 
  */
 static attn_status plan_variants(const attn_sdpa_opts *o, attn__sdpa_plan *t) {
     bool packed = o->n_seqs > 0;
-    if (o->window_left < 0 || o->window_right < 0 ||
-        (!o->window && (o->window_left || o->window_right)) || !(o->softcap >= 0) ||
-        !isfinite(o->softcap) || o->n_seqs < 0 || o->dsinks ||
+    if (o->n_seqs < 0 || o->dsinks ||
         (packed ? !o->cu_seqlens_q || !o->cu_seqlens_k : o->cu_seqlens_q || o->cu_seqlens_k))
         return ATTN_EINVAL;
-    const attn__spec hv[2] = {{o->alibi, false, 1, {t->H}}, {o->sinks, false, 1, {t->H}}};
-    ATTN_TRY(attn__check_views(t->dt, hv, 2));
+    ATTN_TRY(attn__check_variants(t->dt, t->H, o->window, o->window_left, o->window_right,
+                                  o->softcap, o->alibi, o->sinks));
     if (packed && t->B != 1)
         return ATTN_ESHAPE;
     if (packed) {

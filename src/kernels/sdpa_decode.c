@@ -132,7 +132,8 @@ attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, con
 
 attn_status attn__decode_plan_init(attn__decode_plan *p, const attn__qkv *d, double scale,
                                    bool causal, const attn_view *keep, const attn_view *bias,
-                                   int64_t split, int threads) {
+                                   const attn__decode_variants *var, int64_t split,
+                                   int threads) {
     attn__decode_plan t = {.dt = d->dt,
                            .B = d->B,
                            .H = d->H,
@@ -151,6 +152,18 @@ attn_status attn__decode_plan_init(attn__decode_plan *p, const attn__qkv *d, dou
     if (bias) {
         t.bias = *bias;
         t.has_bias = true;
+    }
+    if (var) {
+        t.window = var->window;
+        t.wl = var->wl;
+        t.wr = var->wr;
+        t.softcap = var->softcap;
+        t.has_alibi = var->alibi != NULL;
+        t.has_sinks = var->sinks != NULL;
+        if (var->alibi)
+            t.alibi = *var->alibi;
+        if (var->sinks)
+            t.sinks = *var->sinks;
     }
     ATTN_TRY(decode_layout(&t, threads));
     *p = t;
@@ -171,6 +184,8 @@ static attn_status decode_prepare(const attn_view *q, const attn_view *k, const 
         return ATTN_ESHAPE;
     if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
         return ATTN_EINVAL;
+    ATTN_TRY(attn__check_variants(d.dt, d.H, o->window, o->window_left, o->window_right,
+                                  o->softcap, o->alibi, o->sinks));
     int64_t full[4] = {d.B, d.H, d.Tq, d.Tk};
     attn_view keep, bias;
     if (o->keep)
@@ -179,8 +194,10 @@ static attn_status decode_prepare(const attn_view *q, const attn_view *k, const 
         ATTN_TRY(attn__check_mask(o->bias, d.dt, 4, full, &bias));
     if (d.D > INT_MAX)
         return ATTN_ERANGE;
+    attn__decode_variants var = {o->window,  o->window_left, o->window_right,
+                                 o->softcap, o->alibi,       o->sinks};
     return attn__decode_plan_init(p, &d, o->scale, false, o->keep ? &keep : NULL,
-                                  o->bias ? &bias : NULL, o->split, o->threads);
+                                  o->bias ? &bias : NULL, &var, o->split, o->threads);
 }
 
 size_t attn_sdpa_decode_workspace_size(const attn_view *q, const attn_view *k,
@@ -203,11 +220,12 @@ attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k, const attn_
     const attn__spec outs[2] = {{out, true, 4, {p.B, p.H, p.Tq, p.D}},
                                 {lse, false, 3, {p.B, p.H, p.Tq}}};
     const attn_view *keep = opts ? opts->keep : NULL, *bias = opts ? opts->bias : NULL;
-    const attn_view *ins[6] = {q, k, v, &lenv, keep, bias};
-    ATTN_TRY(attn__check_outputs(p.dt, outs, 2, ins, 6));
+    const attn_view *alibi = opts ? opts->alibi : NULL, *sinks = opts ? opts->sinks : NULL;
+    const attn_view *ins[8] = {q, k, v, &lenv, keep, bias, alibi, sinks};
+    ATTN_TRY(attn__check_outputs(p.dt, outs, 2, ins, 8));
     void *owned = NULL;
-    const attn_view *all[8] = {q, k, v, &lenv, keep, bias, out, lse};
-    ATTN_TRY(attn__work_take(&work, &work_size, p.total, all, 8, &owned));
+    const attn_view *all[10] = {q, k, v, &lenv, keep, bias, alibi, sinks, out, lse};
+    ATTN_TRY(attn__work_take(&work, &work_size, p.total, all, 10, &owned));
     /* the queries are the last Tq tokens of each batch's len: row i at len - Tq + i */
     int64_t *qp = (int64_t *)((char *)work + p.off_pos);
     for (int64_t b = 0; b < p.B; ++b)

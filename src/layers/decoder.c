@@ -666,9 +666,11 @@ attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder
                                              opts->bias,
                                              mem ? &mem->k : NULL,
                                              mem ? &mem->v : NULL,
-                                             mem ? &mlv : NULL};
+                                             mem ? &mlv : NULL,
+                                             opts->alibi,
+                                             opts->sinks};
     step_args s = {&c, p, opts, &oc, x, self_cache, mem, out};
-    ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, attn__dec_param_views(&c, p, ins, 6),
+    ATTN_TRY(attn__layer_exec(step_cb, &s, outs, 4, ins, attn__dec_param_views(&c, p, ins, 8),
                               work, work_size));
     attn__mha_step_commit(opts, x, self_cache);
     return ATTN_OK;

@@ -21,12 +21,7 @@ attn_status attn__rope_check(const attn_rope_config *r, int64_t D) {
 static attn_status step_check_opts(const attn_step_opts *o, int64_t B, int64_t Tq) {
     if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
         return ATTN_EINVAL;
-    ATTN_TRY(attn__check_lengths(o->n_new, B, Tq));
-    /* the attention variants run in attn_sdpa only, not yet in the cached steps */
-    if (o->window || o->window_left || o->window_right || o->softcap != 0 || o->alibi ||
-        o->sinks)
-        return ATTN_EUNSUPPORTED;
-    return ATTN_OK;
+    return attn__check_lengths(o->n_new, B, Tq);
 }
 
 void attn__dec_zero(const attn_view *v) {
@@ -149,6 +144,8 @@ attn_status attn__mha_step_check(const attn_mha_config *cfg, const attn_mha_para
     if (cache->k.shape[0] != B)
         return ATTN_ESHAPE;
     ATTN_TRY(step_check_opts(o, B, Tq));
+    ATTN_TRY(attn__check_variants(c->dtype, c->heads, o->window, o->window_left,
+                                  o->window_right, o->softcap, o->alibi, o->sinks));
     if (self)
         ATTN_TRY(attn__rope_check(&o->rope, c->d_head));
     int64_t full[4] = {B, c->heads, Tq, Tmax};
@@ -196,7 +193,13 @@ static attn_status attend_tiled(const attn_step_opts *o, bool self, const attn_v
         /* a self step's queries are the last n of its nk keys: bottom-right alignment */
         attn_sdpa_opts so = {.scale = o->scale,
                              .causal = self ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
-                             .threads = o->threads};
+                             .threads = o->threads,
+                             .window = o->window,
+                             .window_left = o->window_left,
+                             .window_right = o->window_right,
+                             .softcap = o->softcap,
+                             .alibi = o->alibi,
+                             .sinks = o->sinks};
         if (keep) {
             ATTN_TRY(attn_view_slice(keep, 0, b, b + 1, 1, &t));
             ATTN_TRY(attn_view_slice(&t, 2, 0, n, 1, &t));
@@ -295,8 +298,10 @@ attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params 
                        .D = D,
                        .Dv = D};
         attn__decode_plan dp;
+        attn__decode_variants var = {o->window,  o->window_left, o->window_right,
+                                     o->softcap, o->alibi,       o->sinks};
         ATTN_TRY(attn__decode_plan_init(&dp, &d, o->scale, self, o->keep ? &keep : NULL,
-                                        o->bias ? &bias : NULL, o->split, o->threads));
+                                        o->bias ? &bias : NULL, &var, o->split, o->threads));
         dp.klen = klen;
         dp.qpos0 = qpos;
         dp.nrows = nrows;
@@ -365,9 +370,10 @@ attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
     ATTN_TRY(attn__want(out, c.dtype, 3, (int64_t[]){x->shape[0], x->shape[1], c.d_model}));
     attn_view lv = attn__kv_len_view(cache);
     const attn_view *outs[ATTN__MAX_ALIAS] = {out, &cache->k, &cache->v, &lv};
-    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias, opts->alibi,
+                                             opts->sinks};
     step_call a = {&c, p, opts, x, cache, out};
-    ATTN_TRY(attn__layer_exec(step_body, &a, outs, 4, ins, attn__mha_views(&c, p, ins, 3), work,
+    ATTN_TRY(attn__layer_exec(step_body, &a, outs, 4, ins, attn__mha_views(&c, p, ins, 5), work,
                               work_size));
     attn__mha_step_commit(opts, x, cache);
     return ATTN_OK;
