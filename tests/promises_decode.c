@@ -35,8 +35,13 @@ static attn_kv_cache pr_cache(pr_case *c, int i) {
     return k;
 }
 static attn_decode_opts *pr_dopts(pr_case *c) {
-    c->dopts = (attn_decode_opts){
-        .scale = c->step.scale, .threads = c->step.threads, .split = c->step.split};
+    c->dopts = (attn_decode_opts){.scale = c->step.scale,
+                                  .threads = c->step.threads,
+                                  .split = c->step.split,
+                                  .window = c->step.window,
+                                  .window_left = c->step.window_left,
+                                  .window_right = c->step.window_right,
+                                  .softcap = c->step.softcap};
     return PTR(0, &c->dopts);
 }
 static attn_step_opts *pr_sopts(pr_case *c) {
@@ -547,8 +552,9 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
     static const char *const desc[] = {
         "step scale NaN", "step scale inf",     "step threads -1", "step split -1",
         "n_new Tq + 1",   "n_new -1",           "rope style 9",    "len Tmax + 1",
-        "len -1",         "len + n_new > Tmax", "mem_len S + 1",   "mem_len -1"};
-    for (int m = 0; m < 12; ++m) {
+        "len -1",         "len + n_new > Tmax", "mem_len S + 1",   "mem_len -1",
+        "step window_left -1", "step softcap NaN"};
+    for (int m = 0; m < 14; ++m) {
         pr_build(which, dt, c);
         attn_status want = ATTN_EINVAL;
         int64_t *len = c->len_i >= 0 ? (int64_t *)c->v[c->len_i].data : NULL;
@@ -557,7 +563,9 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
             continue;
         if (m >= 7 && m <= 9 && !len)
             continue;
-        if (m >= 10 && !mem)
+        if (m >= 10 && m <= 11 && !mem)
+            continue;
+        if (m >= 12 && mem)
             continue;
         if (m == 6 && !step) /* the decoder takes rope from its config; decode has none */
             continue;
@@ -597,8 +605,14 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
         case 10:
             c->kv_len[0] = DC_S + 1, want = ATTN_ERANGE;
             break;
-        default:
+        case 11:
             c->kv_len[1] = -1, want = ATTN_ERANGE;
+            break;
+        case 12:
+            c->step.window = true, c->step.window_left = -1;
+            break;
+        default:
+            c->step.softcap = NAN;
             break;
         }
         if (mem && m < 10)
