@@ -103,7 +103,8 @@ static void va_fx_free(va_fx *f) {
 static sd_t va_tensor(fx_file *fx, const char *name, attn_dtype dt, sd_lay l) {
     fx_tensor *x = fx_get(fx, name);
     uint64_t seed = 1;
-    sd_t t = x->ndim == 4 ? sd_make(dt, x->shape, l, &seed, 1.0) : sd_zeros(dt, x->ndim, x->shape);
+    sd_t t =
+        x->ndim == 4 ? sd_make(dt, x->shape, l, &seed, 1.0) : sd_zeros(dt, x->ndim, x->shape);
     int64_t idx[4] = {0}, n = 0;
     do
         tu_set(&t.v, idx, x->data[n++]);
@@ -218,9 +219,9 @@ START_TEST(va_fixtures_backward) {
                                 tu_set(g[i], idx, -0.5);
                             while (tu_inc(idx, g[i]->shape, g[i]->ndim));
                         }
-                        attn_status st = attn_sdpa_backward(&q.v, &k.v, &v.v, &ob, &out.v,
-                                                            &lse.v, &dout.v, &dq.v, &dk.v,
-                                                            &dv.v, NULL, 0);
+                        attn_status st =
+                            attn_sdpa_backward(&q.v, &k.v, &v.v, &ob, &out.v, &lse.v, &dout.v,
+                                               &dq.v, &dk.v, &dv.v, NULL, 0);
                         snprintf(what, sizeof what, "%s %s %s blocks %lld/%lld threads %d",
                                  va_files[fi], d ? "f64" : "f32", sd_lay_name[l],
                                  (long long)ob.block_q, (long long)ob.block_k, th);
@@ -235,7 +236,8 @@ START_TEST(va_fixtures_backward) {
                                            dt == ATTN_F64 ? 1e-12 : 1e-5, what);
                         }
                     }
-                sd_t *all[] = {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, &wq, &wk, &wv, &ds};
+                sd_t *all[] = {&q,  &k,  &v,  &out, &dout, &lse, &dq,
+                               &dk, &dv, &wq, &wk,  &wv,   &ds};
                 for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
                     sd_free(all[i]);
                 if (sinks)
@@ -269,9 +271,12 @@ START_TEST(va_backward_finite_differences) {
     ck_assert_ptr_nonnull(fx);
     va_fx f;
     va_fx_opts(fx, ATTN_F64, &f);
-    sd_t q = va_tensor(fx, "q", ATTN_F64, LY_CONTIG), k = va_tensor(fx, "k", ATTN_F64, LY_CONTIG);
-    sd_t v = va_tensor(fx, "v", ATTN_F64, LY_CONTIG), out = va_tensor(fx, "out", ATTN_F64, LY_CONTIG);
-    sd_t dout = va_tensor(fx, "dout", ATTN_F64, LY_CONTIG), lse = sd_zeros(ATTN_F64, 3, q.v.shape);
+    sd_t q = va_tensor(fx, "q", ATTN_F64, LY_CONTIG),
+         k = va_tensor(fx, "k", ATTN_F64, LY_CONTIG);
+    sd_t v = va_tensor(fx, "v", ATTN_F64, LY_CONTIG),
+         out = va_tensor(fx, "out", ATTN_F64, LY_CONTIG);
+    sd_t dout = va_tensor(fx, "dout", ATTN_F64, LY_CONTIG),
+         lse = sd_zeros(ATTN_F64, 3, q.v.shape);
     sd_t dq = sd_zeros(ATTN_F64, 4, q.v.shape), dk = sd_zeros(ATTN_F64, 4, k.v.shape);
     sd_t dv = sd_zeros(ATTN_F64, 4, v.v.shape), ds = sd_zeros(ATTN_F64, 1, f.sinks.v.shape);
     attn_sdpa_opts o = f.o;
@@ -297,8 +302,9 @@ START_TEST(va_backward_finite_differences) {
             xd[e] = x0;
             double fd = (lp - lm) / (2 * h), err = fabs(fd - gd[e]) / (1 + fabs(fd));
             worst = err > worst ? err : worst;
-            ck_assert_msg(err < 1e-6, "tensor %d element %lld: backward %.12g, differences %.12g",
-                          t, (long long)e, gd[e], fd);
+            ck_assert_msg(err < 1e-6,
+                          "tensor %d element %lld: backward %.12g, differences %.12g", t,
+                          (long long)e, gd[e], fd);
         }
     }
     sd_t *all[] = {&q, &k, &v, &out, &dout, &lse, &dq, &dk, &dv, &ds, &scratch};
@@ -325,9 +331,11 @@ START_TEST(va_decode_fixtures) {
             attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
             sd_t q = va_tensor(fx, "q", dt, LY_CONTIG), k = va_tensor(fx, "k", dt, LY_BTHD);
             sd_t v = va_tensor(fx, "v", dt, LY_BTHD), out = va_tensor(fx, "out", dt, LY_CONTIG);
-            sd_t al = sd_from_fx(fx_get(fx, "alibi"), dt), sk = sd_from_fx(fx_get(fx, "sinks"), dt);
+            sd_t al = sd_from_fx(fx_get(fx, "alibi"), dt),
+                 sk = sd_from_fx(fx_get(fx, "sinks"), dt);
             sd_t want = sd_from_fx(fx_get(fx, "out"), ATTN_F64);
-            sd_t wl = sd_from_fx(fx_get(fx, "lse"), ATTN_F64), lse = sd_zeros(dt, 3, wl.v.shape);
+            sd_t wl = sd_from_fx(fx_get(fx, "lse"), ATTN_F64),
+                 lse = sd_zeros(dt, 3, wl.v.shape);
             fx_tensor *lt = fx_get(fx, "len");
             int64_t len[4];
             for (int64_t b = 0; b < lt->n; ++b)
@@ -373,8 +381,8 @@ START_TEST(va_step_equals_forward) {
     for (int d = 0; d < 2; ++d)
         for (int mode = 0; mode < 2; ++mode) {
             attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
-            attn_mha_config cfg = {.dtype = dt, .d_model = C, .heads = H, .kv_heads = 2,
-                                   .bias = true};
+            attn_mha_config cfg = {
+                .dtype = dt, .d_model = C, .heads = H, .kv_heads = 2, .bias = true};
             size_t ps = attn_mha_params_size(&cfg), cs = attn_kv_cache_size(&cfg, B, T);
             void *pslab = aligned_alloc(64, (ps + 63) / 64 * 64);
             void *cslab = aligned_alloc(64, (cs + 63) / 64 * 64);
@@ -391,13 +399,21 @@ START_TEST(va_step_equals_forward) {
             sd_t al = sd_zeros(dt, 1, (int64_t[]){H}), sk = sd_zeros(dt, 1, (int64_t[]){H});
             attn_alibi_slopes(&al.v, 0);
             tu_fill(&sk.v, &seed, 2.0);
-            attn_sdpa_opts fo = {.causal = ATTN_CAUSAL_TOP_LEFT, .window = true,
-                                 .window_left = 6, .window_right = 0, .softcap = 1.5,
-                                 .alibi = &al.v, .sinks = &sk.v};
-            ck_assert_int_eq(attn_mha_forward(&cfg, &p, &x.v, NULL, &fo, &full.v, NULL, NULL, 0),
-                             ATTN_OK);
-            attn_step_opts so = {.window = true, .window_left = 6, .softcap = 1.5,
-                                 .alibi = &al.v, .sinks = &sk.v, .split = 4};
+            attn_sdpa_opts fo = {.causal = ATTN_CAUSAL_TOP_LEFT,
+                                 .window = true,
+                                 .window_left = 6,
+                                 .window_right = 0,
+                                 .softcap = 1.5,
+                                 .alibi = &al.v,
+                                 .sinks = &sk.v};
+            ck_assert_int_eq(
+                attn_mha_forward(&cfg, &p, &x.v, NULL, &fo, &full.v, NULL, NULL, 0), ATTN_OK);
+            attn_step_opts so = {.window = true,
+                                 .window_left = 6,
+                                 .softcap = 1.5,
+                                 .alibi = &al.v,
+                                 .sinks = &sk.v,
+                                 .split = 4};
             /* mode 0: prefill 5, then tokens one by one; mode 1: prefill 36 (GQA rows 72) */
             int64_t t = 0, first = mode ? 36 : 5;
             while (t < T) {
@@ -438,9 +454,12 @@ START_TEST(va_equivalent_masks) {
             sd_t o1 = sd_zeros(dt, 4, q.v.shape), o2 = sd_zeros(dt, 4, q.v.shape);
             sd_t l1 = sd_zeros(dt, 3, q.v.shape), l2 = sd_zeros(dt, 3, q.v.shape);
             sd_t keep = sd_zeros(ATTN_U8, 2, (int64_t[]){T, T});
-            sd_t bias = sd_zeros(dt, 4, (int64_t[]){1, H, T, T}), slopes = sd_zeros(dt, 1, (int64_t[]){H});
+            sd_t bias = sd_zeros(dt, 4, (int64_t[]){1, H, T, T}),
+                 slopes = sd_zeros(dt, 1, (int64_t[]){H});
             int64_t cu[5] = {0, 70, 71, 200, T};
-            attn_sdpa_opts var = {.causal = ATTN_CAUSAL_TOP_LEFT, .block_q = 64, .block_k = 64,
+            attn_sdpa_opts var = {.causal = ATTN_CAUSAL_TOP_LEFT,
+                                  .block_q = 64,
+                                  .block_k = 64,
                                   .lse = &l1.v},
                            dense = var;
             dense.lse = &l2.v;
@@ -482,6 +501,80 @@ START_TEST(va_equivalent_masks) {
 }
 END_TEST
 
+/*
+ * The layers pass the variants through: attn_mha_forward and attn_mha_backward with a
+ * causal window and ALiBi equal the same calls with a band keep mask and the ALiBi
+ * term as a bias (dx and every parameter gradient), both dtypes.
+ */
+START_TEST(va_layers_through) {
+    enum { B = 2, T = 70, C = 16, H = 4 };
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        attn_mha_config cfg = {
+            .dtype = dt, .d_model = C, .heads = H, .kv_heads = 2, .bias = true};
+        size_t ps = attn_mha_params_size(&cfg), cs = attn_mha_cache_size(&cfg, B, T, T);
+        void *slab = aligned_alloc(64, (ps + 63) / 64 * 64);
+        void *gs[2] = {aligned_alloc(64, (ps + 63) / 64 * 64),
+                       aligned_alloc(64, (ps + 63) / 64 * 64)};
+        void *cache[2] = {aligned_alloc(64, (cs + 63) / 64 * 64),
+                          aligned_alloc(64, (cs + 63) / 64 * 64)};
+        attn_mha_params p, g[2];
+        ck_assert_int_eq(attn_mha_params_bind(&p, &cfg, slab, ps), ATTN_OK);
+        uint64_t seed = 31;
+        attn_view *pv[8] = {&p.wq, &p.wk, &p.wv, &p.wo, &p.bq, &p.bk, &p.bv, &p.bo};
+        for (int i = 0; i < 8; ++i)
+            tu_fill(pv[i], &seed, 0.6);
+        sd_t x = sd_zeros(dt, 3, (int64_t[]){B, T, C}), dout = sd_zeros(dt, 3, x.v.shape);
+        tu_fill(&x.v, &seed, 1.0);
+        tu_fill(&dout.v, &seed, 1.0);
+        sd_t al = sd_zeros(dt, 1, (int64_t[]){H}),
+             keep = sd_zeros(ATTN_U8, 2, (int64_t[]){T, T});
+        sd_t bias = sd_zeros(dt, 4, (int64_t[]){1, H, T, T});
+        attn_alibi_slopes(&al.v, 0);
+        for (int64_t i = 0; i < T; ++i)
+            for (int64_t j = 0; j < T; ++j) {
+                ((uint8_t *)keep.mem)[i * T + j] = j >= i - 9;
+                for (int64_t h = 0; h < H; ++h)
+                    tu_set(&bias.v, (int64_t[]){0, h, i, j},
+                           -tu_get(&al.v, &h) * fabs((double)(i - j)));
+            }
+        attn_sdpa_opts o[2] = {
+            {.causal = ATTN_CAUSAL_TOP_LEFT, .window = true, .window_left = 9, .alibi = &al.v},
+            {.causal = ATTN_CAUSAL_TOP_LEFT, .keep = &keep.v, .bias = &bias.v}};
+        sd_t out[2], dx[2];
+        for (int r = 0; r < 2; ++r) {
+            attn_view views[5];
+            attn_trace tr;
+            out[r] = sd_zeros(dt, 3, x.v.shape);
+            dx[r] = sd_zeros(dt, 3, x.v.shape);
+            memset(gs[r], 0, ps);
+            ck_assert_int_eq(attn_mha_params_bind(&g[r], &cfg, gs[r], ps), ATTN_OK);
+            ck_assert_int_eq(attn_mha_cache_bind(&cfg, B, T, T, cache[r], cs, views, &tr),
+                             ATTN_OK);
+            ck_assert_int_eq(
+                attn_mha_forward(&cfg, &p, &x.v, NULL, &o[r], &out[r].v, &tr, NULL, 0),
+                ATTN_OK);
+            ck_assert_int_eq(attn_mha_backward(&cfg, &p, &x.v, NULL, &o[r], &tr, &dout.v,
+                                               &dx[r].v, NULL, &g[r], NULL, 0),
+                             ATTN_OK);
+        }
+        double rt = dt == ATTN_F64 ? 1e-11 : 2e-4, at = dt == ATTN_F64 ? 1e-12 : 2e-5;
+        tu_check_close(&out[0].v, &out[1].v, rt, at, "mha out, window+ALiBi vs masks");
+        tu_check_close(&dx[0].v, &dx[1].v, rt, at, "mha dx, window+ALiBi vs masks");
+        attn_view *ga[8] = {&g[0].wq, &g[0].wk, &g[0].wv, &g[0].wo,
+                            &g[0].bq, &g[0].bk, &g[0].bv, &g[0].bo};
+        attn_view *gb[8] = {&g[1].wq, &g[1].wk, &g[1].wv, &g[1].wo,
+                            &g[1].bq, &g[1].bk, &g[1].bv, &g[1].bo};
+        for (int i = 0; i < 8; ++i)
+            tu_check_close(ga[i], gb[i], rt, at, "mha parameter gradient");
+        for (int r = 0; r < 2; ++r)
+            sd_free(&out[r]), sd_free(&dx[r]), free(gs[r]), free(cache[r]);
+        sd_free(&x), sd_free(&dout), sd_free(&al), sd_free(&keep), sd_free(&bias);
+        free(slab);
+    }
+}
+END_TEST
+
 /* ---- O(T W): the products a window and packed sequences skip ------------------------- */
 
 /* Multiply-adds attn_sdpa hands to the BLAS for one call (one thread). */
@@ -508,8 +601,10 @@ START_TEST(va_window_work) {
     sd_t k = sd_make(ATTN_F32, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
     sd_t v = sd_make(ATTN_F32, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
     sd_t out = sd_zeros(ATTN_F32, 4, q.v.shape);
-    attn_sdpa_opts full = {.causal = ATTN_CAUSAL_TOP_LEFT, .algo = ATTN_ALGO_TILED,
-                           .block_q = 64, .block_k = 64},
+    attn_sdpa_opts full = {.causal = ATTN_CAUSAL_TOP_LEFT,
+                           .algo = ATTN_ALGO_TILED,
+                           .block_q = 64,
+                           .block_k = 64},
                    win = full, packed = full;
     win.window = true, win.window_left = W - 1;
     int64_t cu[17];
@@ -596,7 +691,8 @@ START_TEST(va_errors) {
     sd_t out = sd_make(ATTN_F64, (int64_t[]){B, H, T, D}, LY_CONTIG, &seed, 1.0);
     sd_t out1 = sd_make(ATTN_F64, (int64_t[]){1, H, T, D}, LY_CONTIG, &seed, 1.0);
     sd_t hv = sd_zeros(ATTN_F64, 1, (int64_t[]){H}), h3 = sd_zeros(ATTN_F64, 1, (int64_t[]){3});
-    sd_t hf = sd_zeros(ATTN_F32, 1, (int64_t[]){H}), h2d = sd_zeros(ATTN_F64, 2, (int64_t[]){1, H});
+    sd_t hf = sd_zeros(ATTN_F32, 1, (int64_t[]){H}),
+         h2d = sd_zeros(ATTN_F64, 2, (int64_t[]){1, H});
     size_t ob = sizeof(double) * B * H * T * D;
     void *snap = malloc(ob), *snap1 = malloc(ob / 2);
     memcpy(snap, out.mem, ob);
@@ -623,19 +719,30 @@ START_TEST(va_errors) {
         {{.dsinks = &hv.v}, false, ATTN_EINVAL, "dsinks to the forward"},
         {{.n_seqs = -1}, false, ATTN_EINVAL, "n_seqs -1"},
         {{.n_seqs = 2, .cu_seqlens_q = cu_ok}, true, ATTN_EINVAL, "cu_seqlens_k missing"},
-        {{.cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_ok}, true, ATTN_EINVAL,
+        {{.cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_ok},
+         true,
+         ATTN_EINVAL,
          "cu_seqlens without n_seqs"},
-        {{.n_seqs = 2, .cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_ok}, false, ATTN_ESHAPE,
+        {{.n_seqs = 2, .cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_ok},
+         false,
+         ATTN_ESHAPE,
          "n_seqs with B 2"},
-        {{.n_seqs = 2, .cu_seqlens_q = cu_start, .cu_seqlens_k = cu_ok}, true, ATTN_ERANGE,
+        {{.n_seqs = 2, .cu_seqlens_q = cu_start, .cu_seqlens_k = cu_ok},
+         true,
+         ATTN_ERANGE,
          "cu_seqlens_q not starting at 0"},
-        {{.n_seqs = 2, .cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_dec}, true, ATTN_ERANGE,
+        {{.n_seqs = 2, .cu_seqlens_q = cu_ok, .cu_seqlens_k = cu_dec},
+         true,
+         ATTN_ERANGE,
          "cu_seqlens_k decreasing"},
-        {{.n_seqs = 2, .cu_seqlens_q = cu_end, .cu_seqlens_k = cu_ok}, true, ATTN_ERANGE,
+        {{.n_seqs = 2, .cu_seqlens_q = cu_end, .cu_seqlens_k = cu_ok},
+         true,
+         ATTN_ERANGE,
          "cu_seqlens_q not ending at Tq"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; ++i) {
-        attn_view *qq = cases[i].packed ? &q1.v : &q.v, *oo = cases[i].packed ? &out1.v : &out.v;
+        attn_view *qq = cases[i].packed ? &q1.v : &q.v,
+                  *oo = cases[i].packed ? &out1.v : &out.v;
         attn_status st = attn_sdpa(qq, qq, qq, &cases[i].o, oo, NULL, 0);
         ck_assert_msg(st == cases[i].want, "%s: got %s", cases[i].what, attn_status_name(st));
         ck_assert_msg(attn_sdpa_workspace_size(qq, qq, qq, &cases[i].o) == 0, "%s: size",
@@ -685,6 +792,7 @@ int main(void) {
     tcase_add_test(tc, va_decode_fixtures);
     tcase_add_test(tc, va_step_equals_forward);
     tcase_add_test(tc, va_equivalent_masks);
+    tcase_add_test(tc, va_layers_through);
     tcase_add_test(tc, va_window_work);
     tcase_add_test(tc, va_errors);
     tcase_add_test(tc, va_alibi_slopes);
