@@ -699,9 +699,10 @@ END_TEST
 
 /*
  * The masking rule of every path (tmpl/mask.h) in the decode kernel: a -inf bias
- * hides a NaN score (NaN in k) and keep = 0 an inf one; the result is the
- * reference's over the same masks with those keys made finite. A NaN score a row
- * can see makes that row NaN (never out 0). One split and several.
+ * hides a NaN score (NaN in k) and keep = 0 an inf one, and their values (NaN, -inf
+ * in v) never reach a row; the result is the reference's over the same masks with
+ * those keys made finite. A NaN score a row can see makes that row NaN (never
+ * out 0). One split and several.
  */
 START_TEST(dc_masked_nan) {
     enum { H = 2, TQ = 2, D = 4, TM = 8, L = 6 };
@@ -729,9 +730,11 @@ START_TEST(dc_masked_nan) {
             lt wo = lt_new(ATTN_F64, 4, out.v.shape), wl = lt_new(ATTN_F64, 3, q.v.shape);
             attn_sdpa_opts ro = {.causal = ATTN_CAUSAL_BOTTOM_RIGHT, .bias = &br, .keep = &mr};
             ref_sdpa(&q.v, &kr, &vr, &ro, &wo.v, NULL, &wl.v);
-            for (int64_t e = 0; e < D; ++e) { /* then the hidden keys' scores NaN and inf */
+            for (int64_t e = 0; e < D; ++e) { /* then the hidden keys' scores and values */
                 tu_set(&k.v, (int64_t[]){0, 0, 2, e}, NAN);
                 tu_set(&k.v, (int64_t[]){0, 0, 4, e}, INFINITY);
+                tu_set(&v.v, (int64_t[]){0, 0, 2, e}, NAN);
+                tu_set(&v.v, (int64_t[]){0, 0, 4, e}, -INFINITY);
             }
             attn_decode_opts o = {.bias = &bias.v, .keep = &keep.v, .split = sp ? 2 : 0};
             ck_assert_int_eq(

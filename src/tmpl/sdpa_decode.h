@@ -184,6 +184,27 @@ static void SFX(axpys_strided)(T *acc, const T *p, const T *v, int64_t ldv, int6
             acc[d] += p[j] * v[j * ldv + d * sv];
 }
 
+/*
+ * acc += sum_j p[j] v_j over the keys with p[j] != 0 only: with keep or bias a masked
+ * key inside the row's range has weight exactly 0, and 0 * (NaN or inf in its v) must
+ * not reach the row (docs/numerics.md "Masked positions and NaN").
+ */
+static void SFX(axpys_skip)(T *acc, const T *p, const T *v, int64_t ldv, int64_t sv, int64_t n,
+                            int64_t D) {
+    for (int64_t j = 0; j < n; ++j) {
+        if (p[j] == 0)
+            continue;
+        const T *vj = v + j * ldv;
+        T pj = p[j];
+        if (sv == 1)
+            for (int64_t d = 0; d < D; ++d)
+                acc[d] += pj * vj[d];
+        else
+            for (int64_t d = 0; d < D; ++d)
+                acc[d] += pj * vj[d * sv];
+    }
+}
+
 #include "tmpl/mask.h"
 
 /* Element h of a (H) view of the plan's dtype, in double (ALiBi slopes, sinks). */
@@ -302,7 +323,10 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             if (corr != 1)
                 for (int64_t d = 0; d < D; ++d)
                     acc[r * D + d] *= corr;
-            if (unit) /* from the row's first visible key: no 0 * v of a hidden one */
+            if (p->has_keep || p->has_bias) /* masked keys inside [a, lim): skip their v */
+                SFX(axpys_skip)
+            (acc + r * D, sr + a, vb + (jb + a) * ldv, ldv, v->stride[3], lim - a, D);
+            else if (unit) /* from the row's first visible key: no 0 * v of a hidden one */
                 SFX(axpys)(acc + r * D, sr + a, vb + (jb + a) * ldv, ldv, lim - a, D);
             else
                 SFX(axpys_strided)
