@@ -69,6 +69,9 @@ void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq, 
  * variants"): window sizes, softcap, alibi and sinks (H), packed sequences.
  */
 static attn_status plan_variants(const attn_sdpa_opts *o, attn__sdpa_plan *t) {
+    if (!o->window && !o->window_left && !o->window_right && o->softcap == 0 && !o->alibi &&
+        !o->sinks && !o->dsinks && !o->n_seqs && !o->cu_seqlens_q && !o->cu_seqlens_k)
+        return ATTN_OK; /* none (the plan's fields are zero) */
     bool packed = o->n_seqs > 0;
     if (o->n_seqs < 0 || o->dsinks ||
         (packed ? !o->cu_seqlens_q || !o->cu_seqlens_k : o->cu_seqlens_q || o->cu_seqlens_k))

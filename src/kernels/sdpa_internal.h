@@ -109,7 +109,8 @@ static inline int64_t attn__sdpa_seq_of(const attn__sdpa_plan *p, int64_t i) {
     return lo;
 }
 
-static inline attn__sdpa_row attn__sdpa_row_of(const attn__sdpa_plan *p, int64_t b, int64_t i) {
+static inline attn__sdpa_row attn__sdpa_row_var(const attn__sdpa_plan *p, int64_t b,
+                                                int64_t i) {
     attn__sdpa_row r = {.key0 = 0, .qend = p->Tq};
     int64_t Tkn = p->Tk, il = i, shift = p->causal_shift;
     if (p->n_seqs > 0) {
@@ -139,14 +140,21 @@ static inline attn__sdpa_row attn__sdpa_row_of(const attn__sdpa_plan *p, int64_t
     return r;
 }
 
+static inline __attribute__((always_inline)) attn__sdpa_row
+attn__sdpa_row_of(const attn__sdpa_plan *p, int64_t b, int64_t i) {
+    if (p->variant)
+        return attn__sdpa_row_var(p, b, i);
+    /* causal and kv_len only: keys [0, hi) */
+    int64_t hi = p->kv_len ? p->kv_len[b] : p->Tk;
+    if (p->causal != ATTN_CAUSAL_NONE && i + p->causal_shift + 1 < hi)
+        hi = i + p->causal_shift + 1;
+    attn__sdpa_row r = {
+        .lo = 0, .hi = hi < 0 ? 0 : hi, .pos = i + p->causal_shift, .key0 = 0, .qend = p->Tq};
+    return r;
+}
+
 /* Keys below this limit may be visible to query row i of batch b (attn__sdpa_row_of's hi). */
 static inline int64_t attn__sdpa_key_limit(const attn__sdpa_plan *p, int64_t b, int64_t i) {
-    if (!p->variant) { /* causal and kv_len only */
-        int64_t lim = p->kv_len ? p->kv_len[b] : p->Tk;
-        if (p->causal != ATTN_CAUSAL_NONE && i + p->causal_shift + 1 < lim)
-            lim = i + p->causal_shift + 1;
-        return lim < 0 ? 0 : lim;
-    }
     return attn__sdpa_row_of(p, b, i).hi;
 }
 

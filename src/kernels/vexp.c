@@ -37,8 +37,28 @@ static inline __attribute__((always_inline)) float exp_f32(float x) {
 /* 16 independent partial sums: a fixed order the vectorizer can keep. */
 #define LANES 16
 
-/* cut: arguments below it give exactly 0 (-inf: none; NaN stays NaN). */
-static ATTN_CLONES float vexp_sum_lanes(float *x, int64_t n, float m, float cut) {
+static ATTN_CLONES float vexp_sum_lanes(float *x, int64_t n, float m) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; ++k) {
+            float y = exp_f32(x[i + k] - m);
+            x[i + k] = y;
+            acc[k] += y;
+        }
+    float s = 0.0f;
+    for (; i < n; ++i) {
+        float y = exp_f32(x[i] - m);
+        x[i] = y;
+        s += y;
+    }
+    for (int k = 0; k < LANES; ++k)
+        s += acc[k];
+    return s;
+}
+
+/* vexp_sum_lanes with arguments below cut giving exactly 0 (NaN stays NaN). */
+static ATTN_CLONES float vexp_sum_lanes_cut(float *x, int64_t n, float m, float cut) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -120,7 +140,7 @@ float attn__vexp_sum_f32(float *x, int64_t n, float m) {
     if (__builtin_cpu_supports("avx512f"))
         return vexp_sum_avx512(x, n, m, VEXP_LOG_FLT_MIN);
 #endif
-    return vexp_sum_lanes(x, n, m, -INFINITY);
+    return vexp_sum_lanes(x, n, m);
 }
 
 /*
@@ -246,7 +266,7 @@ float attn__vexp_tail_f32(float *x, int64_t lim, int64_t n, float m) {
         s = vexp_sum_avx512(x, lim, m, VEXP_ATTN_CUT);
     else
 #endif
-        s = vexp_sum_lanes(x, lim, m, VEXP_ATTN_CUT);
+        s = vexp_sum_lanes_cut(x, lim, m, VEXP_ATTN_CUT);
     if (n > lim)
         memset(x + lim, 0, (size_t)(n - lim) * sizeof *x);
     return s;

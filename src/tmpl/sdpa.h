@@ -193,8 +193,10 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
         double invd = 0;
-        if (live)
+        if (live && (p->has_sinks || c->lse))
             attn__sdpa_finish((double)m[r], (double)l[r], sink, &invd, &lse_r);
+        else if (live) /* no lse wanted: no log */
+            invd = 1.0 / (double)l[r];
         T inv = (T)invd;
         if (piece) { /* a key chunk: its normalized partial out and statistics, merged later */
             T *po = (T *)piece->o + r * Dv;
