@@ -306,6 +306,53 @@ START_TEST(va_equivalent_masks) {
 }
 END_TEST
 
+/*
+ * Few (batch, head, query block) tasks split their keys across threads, each piece
+ * merged afterwards with the sink added once: with 2 threads and one query block of
+ * T 600 rows, every variant at once and packed sequences give what one thread (no
+ * split, checked against the fixtures) gives.
+ */
+START_TEST(va_key_split) {
+    enum { H = 2, T = 600, D = 16 };
+    for (int d = 0; d < 2; ++d)
+        for (int packed = 0; packed < 2; ++packed) {
+            attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+            uint64_t seed = 17;
+            sd_t q = sd_make(dt, (int64_t[]){1, H, T, D}, LY_CONTIG, &seed, 1.0);
+            sd_t k = sd_make(dt, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
+            sd_t v = sd_make(dt, (int64_t[]){1, 1, T, D}, LY_CONTIG, &seed, 1.0);
+            sd_t al = sd_zeros(dt, 1, (int64_t[]){H}), sk = sd_zeros(dt, 1, (int64_t[]){H});
+            attn_alibi_slopes(&al.v, 2.0);
+            tu_fill(&sk.v, &seed, 3.0);
+            int64_t cu[3] = {0, 250, T};
+            attn_sdpa_opts o = {.causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+                                .window = true,
+                                .window_left = 300,
+                                .softcap = 5.0,
+                                .alibi = &al.v,
+                                .sinks = &sk.v,
+                                .algo = ATTN_ALGO_TILED,
+                                .block_q = T,
+                                .block_k = 64};
+            if (packed)
+                o.n_seqs = 2, o.cu_seqlens_q = cu, o.cu_seqlens_k = cu;
+            sd_t out[2], lse[2];
+            for (int th = 0; th < 2; ++th) {
+                out[th] = sd_zeros(dt, 4, q.v.shape);
+                lse[th] = sd_zeros(dt, 3, q.v.shape);
+                o.threads = th + 1;
+                o.lse = &lse[th].v;
+                ck_assert_int_eq(attn_sdpa(&q.v, &k.v, &v.v, &o, &out[th].v, NULL, 0), ATTN_OK);
+            }
+            tu_check_close(&out[1].v, &out[0].v, TU_RTOL(dt), TU_ATOL(dt), "out, key split");
+            tu_check_close(&lse[1].v, &lse[0].v, TU_RTOL(dt), TU_ATOL(dt), "lse, key split");
+            sd_t *all[] = {&q, &k, &v, &al, &sk, &out[0], &out[1], &lse[0], &lse[1]};
+            for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+                sd_free(all[i]);
+        }
+}
+END_TEST
+
 /* ---- O(T W): the products a window and packed sequences skip ------------------------- */
 
 /* Multiply-adds attn_sdpa hands to the BLAS for one call (one thread). */
@@ -521,6 +568,7 @@ int main(void) {
     tcase_add_test(tc, va_fixtures_backward);
     tcase_add_test(tc, va_backward_finite_differences);
     tcase_add_test(tc, va_equivalent_masks);
+    tcase_add_test(tc, va_key_split);
     tcase_add_test(tc, va_window_work);
     tcase_add_test(tc, va_errors);
     tcase_add_test(tc, va_alibi_slopes);
