@@ -89,6 +89,16 @@ module attn_capi
     integer(c_int64_t) :: block_q = 0_c_int64_t
     integer(c_int64_t) :: block_k = 0_c_int64_t
     integer(c_int) :: threads = 0_c_int
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
+    type(c_ptr) :: dsinks = c_null_ptr
+    integer(c_int64_t) :: n_seqs = 0_c_int64_t
+    type(c_ptr) :: cu_seqlens_q = c_null_ptr
+    type(c_ptr) :: cu_seqlens_k = c_null_ptr
   end type attn_sdpa_opts
 
   ! layers.h: struct attn_trace
@@ -198,7 +208,28 @@ module attn_capi
     type(attn_rope_config) :: rope
     integer(c_int) :: threads = 0_c_int
     integer(c_int64_t) :: split = 0_c_int64_t
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
   end type attn_step_opts
+
+  ! decode.h: struct attn_decode_opts
+  type, bind(c), public :: attn_decode_opts
+    real(c_double) :: scale = 0.0_c_double
+    type(c_ptr) :: keep = c_null_ptr
+    type(c_ptr) :: bias = c_null_ptr
+    integer(c_int) :: threads = 0_c_int
+    integer(c_int64_t) :: split = 0_c_int64_t
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
+  end type attn_decode_opts
 
   ! decode.h: struct attn_decoder_config
   type, bind(c), public :: attn_decoder_config
@@ -865,6 +896,12 @@ module attn_capi
       type(attn_view), optional :: dx
       integer(c_int) :: attn_rope_backward
     end function attn_rope_backward
+    function attn_alibi_slopes(slopes, max_bias) bind(c, name='attn_alibi_slopes')
+      import :: attn_view, c_double, c_int
+      type(attn_view), optional :: slopes
+      real(c_double), value :: max_bias
+      integer(c_int) :: attn_alibi_slopes
+    end function attn_alibi_slopes
     function attn_patchify(p, image, out) bind(c, name='attn_patchify')
       import :: attn_view, c_int, c_int64_t
       integer(c_int64_t), value :: p
@@ -922,13 +959,13 @@ module attn_capi
     end function attn_mha_step_workspace_size
     function attn_sdpa_decode(q, k, v, len, causal, opts, out, lse, work, work_size) bind(c, &
       name='attn_sdpa_decode')
-      import :: attn_step_opts, attn_view, c_bool, c_int, c_int64_t, c_ptr, c_size_t
+      import :: attn_decode_opts, attn_view, c_bool, c_int, c_int64_t, c_ptr, c_size_t
       type(attn_view), intent(in), optional :: q
       type(attn_view), intent(in), optional :: k
       type(attn_view), intent(in), optional :: v
       integer(c_int64_t), intent(in) :: len(*)
       logical(c_bool), value :: causal
-      type(attn_step_opts), intent(in), optional :: opts
+      type(attn_decode_opts), intent(in), optional :: opts
       type(attn_view), optional :: out
       type(attn_view), optional :: lse
       type(c_ptr), value :: work
@@ -937,11 +974,11 @@ module attn_capi
     end function attn_sdpa_decode
     function attn_sdpa_decode_workspace_size(q, k, v, opts) bind(c, &
       name='attn_sdpa_decode_workspace_size')
-      import :: attn_step_opts, attn_view, c_size_t
+      import :: attn_decode_opts, attn_view, c_size_t
       type(attn_view), intent(in), optional :: q
       type(attn_view), intent(in), optional :: k
       type(attn_view), intent(in), optional :: v
-      type(attn_step_opts), intent(in), optional :: opts
+      type(attn_decode_opts), intent(in), optional :: opts
       integer(c_size_t) :: attn_sdpa_decode_workspace_size
     end function attn_sdpa_decode_workspace_size
     function attn_decoder_config_resolve(cfg, out) bind(c, name='attn_decoder_config_resolve')
@@ -1371,6 +1408,7 @@ module attn_capi
   public :: attn_posenc_add_backward
   public :: attn_rope
   public :: attn_rope_backward
+  public :: attn_alibi_slopes
   public :: attn_patchify
   public :: attn_kv_cache_size
   public :: attn_kv_cache_bind

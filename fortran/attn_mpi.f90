@@ -35,6 +35,13 @@ module attn_mpi
     type(c_ptr) :: lse = c_null_ptr
     integer(c_int) :: threads = 0_c_int
     type(c_ptr) :: stats = c_null_ptr
+    logical(c_bool) :: window = .false.
+    integer(c_int64_t) :: window_left = 0_c_int64_t
+    integer(c_int64_t) :: window_right = 0_c_int64_t
+    real(c_double) :: softcap = 0.0_c_double
+    type(c_ptr) :: alibi = c_null_ptr
+    type(c_ptr) :: sinks = c_null_ptr
+    type(c_ptr) :: dsinks = c_null_ptr
   end type attn_ring_opts
 
   interface

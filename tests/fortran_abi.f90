@@ -17,9 +17,10 @@ program fortran_abi
   type(attn_kv_cache), target :: t9
   type(attn_rope_config), target :: t10
   type(attn_step_opts), target :: t11
-  type(attn_decoder_config), target :: t12
-  type(attn_decoder_params), target :: t13
-  type(attn_decoder_saved), target :: t14
+  type(attn_decode_opts), target :: t12
+  type(attn_decoder_config), target :: t13
+  type(attn_decoder_params), target :: t14
+  type(attn_decoder_saved), target :: t15
   print '(a, 1x, i0)', 'attn_view', c_sizeof(t0)
   print '(a, 2(1x, i0))', 'attn_view.data', off(c_loc(t0%data), c_loc(t0)), c_sizeof(t0%data)
   print '(a, 2(1x, i0))', 'attn_view.dtype', off(c_loc(t0%dtype), c_loc(t0)), c_sizeof(t0%dtype)
@@ -45,6 +46,26 @@ program fortran_abi
     c_sizeof(t1%block_k)
   print '(a, 2(1x, i0))', 'attn_sdpa_opts.threads', off(c_loc(t1%threads), c_loc(t1)), &
     c_sizeof(t1%threads)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.window', off(c_loc(t1%window), c_loc(t1)), &
+    c_sizeof(t1%window)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.window_left', off(c_loc(t1%window_left), c_loc(t1)), &
+    c_sizeof(t1%window_left)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.window_right', off(c_loc(t1%window_right), c_loc(t1)), &
+    c_sizeof(t1%window_right)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.softcap', off(c_loc(t1%softcap), c_loc(t1)), &
+    c_sizeof(t1%softcap)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.alibi', off(c_loc(t1%alibi), c_loc(t1)), &
+    c_sizeof(t1%alibi)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.sinks', off(c_loc(t1%sinks), c_loc(t1)), &
+    c_sizeof(t1%sinks)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.dsinks', off(c_loc(t1%dsinks), c_loc(t1)), &
+    c_sizeof(t1%dsinks)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.n_seqs', off(c_loc(t1%n_seqs), c_loc(t1)), &
+    c_sizeof(t1%n_seqs)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.cu_seqlens_q', off(c_loc(t1%cu_seqlens_q), c_loc(t1)), &
+    c_sizeof(t1%cu_seqlens_q)
+  print '(a, 2(1x, i0))', 'attn_sdpa_opts.cu_seqlens_k', off(c_loc(t1%cu_seqlens_k), c_loc(t1)), &
+    c_sizeof(t1%cu_seqlens_k)
   print '(a, 1x, i0)', 'attn_trace', c_sizeof(t2)
   print '(a, 2(1x, i0))', 'attn_trace.ln1', off(c_loc(t2%ln1), c_loc(t2)), c_sizeof(t2%ln1)
   print '(a, 2(1x, i0))', 'attn_trace.q', off(c_loc(t2%q), c_loc(t2)), c_sizeof(t2%q)
@@ -158,67 +179,102 @@ program fortran_abi
     c_sizeof(t11%threads)
   print '(a, 2(1x, i0))', 'attn_step_opts.split', off(c_loc(t11%split), c_loc(t11)), &
     c_sizeof(t11%split)
-  print '(a, 1x, i0)', 'attn_decoder_config', c_sizeof(t12)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.self_attn', off(c_loc(t12%self_attn), c_loc(t12)), &
-    c_sizeof(t12%self_attn)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.cross', off(c_loc(t12%cross), c_loc(t12)), &
-    c_sizeof(t12%cross)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.ffn', off(c_loc(t12%ffn), c_loc(t12)), &
-    c_sizeof(t12%ffn)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.eps', off(c_loc(t12%eps), c_loc(t12)), &
-    c_sizeof(t12%eps)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.norm', off(c_loc(t12%norm), c_loc(t12)), &
-    c_sizeof(t12%norm)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.ln_affine', off(c_loc(t12%ln_affine), c_loc(t12)), &
-    c_sizeof(t12%ln_affine)
-  print '(a, 2(1x, i0))', 'attn_decoder_config.rope', off(c_loc(t12%rope), c_loc(t12)), &
-    c_sizeof(t12%rope)
-  print '(a, 1x, i0)', 'attn_decoder_params', c_sizeof(t13)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ln1_g', off(c_loc(t13%ln1_g), c_loc(t13)), &
-    c_sizeof(t13%ln1_g)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ln1_b', off(c_loc(t13%ln1_b), c_loc(t13)), &
-    c_sizeof(t13%ln1_b)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.self_attn', off(c_loc(t13%self_attn), c_loc(t13)), &
+  print '(a, 2(1x, i0))', 'attn_step_opts.window', off(c_loc(t11%window), c_loc(t11)), &
+    c_sizeof(t11%window)
+  print '(a, 2(1x, i0))', 'attn_step_opts.window_left', off(c_loc(t11%window_left), c_loc(t11)), &
+    c_sizeof(t11%window_left)
+  print '(a, 2(1x, i0))', 'attn_step_opts.window_right', off(c_loc(t11%window_right), &
+    c_loc(t11)), c_sizeof(t11%window_right)
+  print '(a, 2(1x, i0))', 'attn_step_opts.softcap', off(c_loc(t11%softcap), c_loc(t11)), &
+    c_sizeof(t11%softcap)
+  print '(a, 2(1x, i0))', 'attn_step_opts.alibi', off(c_loc(t11%alibi), c_loc(t11)), &
+    c_sizeof(t11%alibi)
+  print '(a, 2(1x, i0))', 'attn_step_opts.sinks', off(c_loc(t11%sinks), c_loc(t11)), &
+    c_sizeof(t11%sinks)
+  print '(a, 1x, i0)', 'attn_decode_opts', c_sizeof(t12)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.scale', off(c_loc(t12%scale), c_loc(t12)), &
+    c_sizeof(t12%scale)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.keep', off(c_loc(t12%keep), c_loc(t12)), &
+    c_sizeof(t12%keep)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.bias', off(c_loc(t12%bias), c_loc(t12)), &
+    c_sizeof(t12%bias)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.threads', off(c_loc(t12%threads), c_loc(t12)), &
+    c_sizeof(t12%threads)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.split', off(c_loc(t12%split), c_loc(t12)), &
+    c_sizeof(t12%split)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.window', off(c_loc(t12%window), c_loc(t12)), &
+    c_sizeof(t12%window)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.window_left', off(c_loc(t12%window_left), &
+    c_loc(t12)), c_sizeof(t12%window_left)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.window_right', off(c_loc(t12%window_right), &
+    c_loc(t12)), c_sizeof(t12%window_right)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.softcap', off(c_loc(t12%softcap), c_loc(t12)), &
+    c_sizeof(t12%softcap)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.alibi', off(c_loc(t12%alibi), c_loc(t12)), &
+    c_sizeof(t12%alibi)
+  print '(a, 2(1x, i0))', 'attn_decode_opts.sinks', off(c_loc(t12%sinks), c_loc(t12)), &
+    c_sizeof(t12%sinks)
+  print '(a, 1x, i0)', 'attn_decoder_config', c_sizeof(t13)
+  print '(a, 2(1x, i0))', 'attn_decoder_config.self_attn', off(c_loc(t13%self_attn), c_loc(t13)), &
     c_sizeof(t13%self_attn)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ln2_g', off(c_loc(t13%ln2_g), c_loc(t13)), &
-    c_sizeof(t13%ln2_g)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ln2_b', off(c_loc(t13%ln2_b), c_loc(t13)), &
-    c_sizeof(t13%ln2_b)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.cross', off(c_loc(t13%cross), c_loc(t13)), &
+  print '(a, 2(1x, i0))', 'attn_decoder_config.cross', off(c_loc(t13%cross), c_loc(t13)), &
     c_sizeof(t13%cross)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ln3_g', off(c_loc(t13%ln3_g), c_loc(t13)), &
-    c_sizeof(t13%ln3_g)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ln3_b', off(c_loc(t13%ln3_b), c_loc(t13)), &
-    c_sizeof(t13%ln3_b)
-  print '(a, 2(1x, i0))', 'attn_decoder_params.ffn', off(c_loc(t13%ffn), c_loc(t13)), &
+  print '(a, 2(1x, i0))', 'attn_decoder_config.ffn', off(c_loc(t13%ffn), c_loc(t13)), &
     c_sizeof(t13%ffn)
-  print '(a, 1x, i0)', 'attn_decoder_saved', c_sizeof(t14)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.ln_in', off(c_loc(t14%ln_in), c_loc(t14)), &
-    c_sizeof(t14%ln_in)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.ln_out', off(c_loc(t14%ln_out), c_loc(t14)), &
-    c_sizeof(t14%ln_out)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.mean', off(c_loc(t14%mean), c_loc(t14)), &
-    c_sizeof(t14%mean)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.rstd', off(c_loc(t14%rstd), c_loc(t14)), &
-    c_sizeof(t14%rstd)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.sq', off(c_loc(t14%sq), c_loc(t14)), c_sizeof(t14%sq)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.sk', off(c_loc(t14%sk), c_loc(t14)), c_sizeof(t14%sk)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.sv', off(c_loc(t14%sv), c_loc(t14)), c_sizeof(t14%sv)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.sconcat', off(c_loc(t14%sconcat), c_loc(t14)), &
-    c_sizeof(t14%sconcat)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.slse', off(c_loc(t14%slse), c_loc(t14)), &
-    c_sizeof(t14%slse)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.cq', off(c_loc(t14%cq), c_loc(t14)), c_sizeof(t14%cq)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.ck', off(c_loc(t14%ck), c_loc(t14)), c_sizeof(t14%ck)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.cv', off(c_loc(t14%cv), c_loc(t14)), c_sizeof(t14%cv)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.cconcat', off(c_loc(t14%cconcat), c_loc(t14)), &
-    c_sizeof(t14%cconcat)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.clse', off(c_loc(t14%clse), c_loc(t14)), &
-    c_sizeof(t14%clse)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.hid_pre', off(c_loc(t14%hid_pre), c_loc(t14)), &
-    c_sizeof(t14%hid_pre)
-  print '(a, 2(1x, i0))', 'attn_decoder_saved.hid', off(c_loc(t14%hid), c_loc(t14)), &
-    c_sizeof(t14%hid)
+  print '(a, 2(1x, i0))', 'attn_decoder_config.eps', off(c_loc(t13%eps), c_loc(t13)), &
+    c_sizeof(t13%eps)
+  print '(a, 2(1x, i0))', 'attn_decoder_config.norm', off(c_loc(t13%norm), c_loc(t13)), &
+    c_sizeof(t13%norm)
+  print '(a, 2(1x, i0))', 'attn_decoder_config.ln_affine', off(c_loc(t13%ln_affine), c_loc(t13)), &
+    c_sizeof(t13%ln_affine)
+  print '(a, 2(1x, i0))', 'attn_decoder_config.rope', off(c_loc(t13%rope), c_loc(t13)), &
+    c_sizeof(t13%rope)
+  print '(a, 1x, i0)', 'attn_decoder_params', c_sizeof(t14)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ln1_g', off(c_loc(t14%ln1_g), c_loc(t14)), &
+    c_sizeof(t14%ln1_g)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ln1_b', off(c_loc(t14%ln1_b), c_loc(t14)), &
+    c_sizeof(t14%ln1_b)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.self_attn', off(c_loc(t14%self_attn), c_loc(t14)), &
+    c_sizeof(t14%self_attn)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ln2_g', off(c_loc(t14%ln2_g), c_loc(t14)), &
+    c_sizeof(t14%ln2_g)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ln2_b', off(c_loc(t14%ln2_b), c_loc(t14)), &
+    c_sizeof(t14%ln2_b)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.cross', off(c_loc(t14%cross), c_loc(t14)), &
+    c_sizeof(t14%cross)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ln3_g', off(c_loc(t14%ln3_g), c_loc(t14)), &
+    c_sizeof(t14%ln3_g)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ln3_b', off(c_loc(t14%ln3_b), c_loc(t14)), &
+    c_sizeof(t14%ln3_b)
+  print '(a, 2(1x, i0))', 'attn_decoder_params.ffn', off(c_loc(t14%ffn), c_loc(t14)), &
+    c_sizeof(t14%ffn)
+  print '(a, 1x, i0)', 'attn_decoder_saved', c_sizeof(t15)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.ln_in', off(c_loc(t15%ln_in), c_loc(t15)), &
+    c_sizeof(t15%ln_in)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.ln_out', off(c_loc(t15%ln_out), c_loc(t15)), &
+    c_sizeof(t15%ln_out)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.mean', off(c_loc(t15%mean), c_loc(t15)), &
+    c_sizeof(t15%mean)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.rstd', off(c_loc(t15%rstd), c_loc(t15)), &
+    c_sizeof(t15%rstd)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.sq', off(c_loc(t15%sq), c_loc(t15)), c_sizeof(t15%sq)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.sk', off(c_loc(t15%sk), c_loc(t15)), c_sizeof(t15%sk)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.sv', off(c_loc(t15%sv), c_loc(t15)), c_sizeof(t15%sv)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.sconcat', off(c_loc(t15%sconcat), c_loc(t15)), &
+    c_sizeof(t15%sconcat)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.slse', off(c_loc(t15%slse), c_loc(t15)), &
+    c_sizeof(t15%slse)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.cq', off(c_loc(t15%cq), c_loc(t15)), c_sizeof(t15%cq)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.ck', off(c_loc(t15%ck), c_loc(t15)), c_sizeof(t15%ck)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.cv', off(c_loc(t15%cv), c_loc(t15)), c_sizeof(t15%cv)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.cconcat', off(c_loc(t15%cconcat), c_loc(t15)), &
+    c_sizeof(t15%cconcat)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.clse', off(c_loc(t15%clse), c_loc(t15)), &
+    c_sizeof(t15%clse)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.hid_pre', off(c_loc(t15%hid_pre), c_loc(t15)), &
+    c_sizeof(t15%hid_pre)
+  print '(a, 2(1x, i0))', 'attn_decoder_saved.hid', off(c_loc(t15%hid), c_loc(t15)), &
+    c_sizeof(t15%hid)
 contains
   integer(c_intptr_t) function off(field, base)
     type(c_ptr), intent(in) :: field, base

@@ -23,5 +23,12 @@ int main(void) {
     printf("attn_ring_opts.lse %zu %zu\n", offsetof(attn_ring_opts, lse), sizeof(((const attn_ring_opts *)0)->lse));
     printf("attn_ring_opts.threads %zu %zu\n", offsetof(attn_ring_opts, threads), sizeof(((const attn_ring_opts *)0)->threads));
     printf("attn_ring_opts.stats %zu %zu\n", offsetof(attn_ring_opts, stats), sizeof(((const attn_ring_opts *)0)->stats));
+    printf("attn_ring_opts.window %zu %zu\n", offsetof(attn_ring_opts, window), sizeof(((const attn_ring_opts *)0)->window));
+    printf("attn_ring_opts.window_left %zu %zu\n", offsetof(attn_ring_opts, window_left), sizeof(((const attn_ring_opts *)0)->window_left));
+    printf("attn_ring_opts.window_right %zu %zu\n", offsetof(attn_ring_opts, window_right), sizeof(((const attn_ring_opts *)0)->window_right));
+    printf("attn_ring_opts.softcap %zu %zu\n", offsetof(attn_ring_opts, softcap), sizeof(((const attn_ring_opts *)0)->softcap));
+    printf("attn_ring_opts.alibi %zu %zu\n", offsetof(attn_ring_opts, alibi), sizeof(((const attn_ring_opts *)0)->alibi));
+    printf("attn_ring_opts.sinks %zu %zu\n", offsetof(attn_ring_opts, sinks), sizeof(((const attn_ring_opts *)0)->sinks));
+    printf("attn_ring_opts.dsinks %zu %zu\n", offsetof(attn_ring_opts, dsinks), sizeof(((const attn_ring_opts *)0)->dsinks));
     return 0;
 }

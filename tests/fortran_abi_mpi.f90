@@ -34,6 +34,20 @@ program fortran_abi_mpi
     c_sizeof(t1%threads)
   print '(a, 2(1x, i0))', 'attn_ring_opts.stats', off(c_loc(t1%stats), c_loc(t1)), &
     c_sizeof(t1%stats)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.window', off(c_loc(t1%window), c_loc(t1)), &
+    c_sizeof(t1%window)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.window_left', off(c_loc(t1%window_left), c_loc(t1)), &
+    c_sizeof(t1%window_left)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.window_right', off(c_loc(t1%window_right), c_loc(t1)), &
+    c_sizeof(t1%window_right)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.softcap', off(c_loc(t1%softcap), c_loc(t1)), &
+    c_sizeof(t1%softcap)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.alibi', off(c_loc(t1%alibi), c_loc(t1)), &
+    c_sizeof(t1%alibi)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.sinks', off(c_loc(t1%sinks), c_loc(t1)), &
+    c_sizeof(t1%sinks)
+  print '(a, 2(1x, i0))', 'attn_ring_opts.dsinks', off(c_loc(t1%dsinks), c_loc(t1)), &
+    c_sizeof(t1%dsinks)
 contains
   integer(c_intptr_t) function off(field, base)
     type(c_ptr), intent(in) :: field, base

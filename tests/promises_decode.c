@@ -34,6 +34,16 @@ static attn_kv_cache pr_cache(pr_case *c, int i) {
         k.v = *PV(i + 1);
     return k;
 }
+static attn_decode_opts *pr_dopts(pr_case *c) {
+    c->dopts = (attn_decode_opts){.scale = c->step.scale,
+                                  .threads = c->step.threads,
+                                  .split = c->step.split,
+                                  .window = c->step.window,
+                                  .window_left = c->step.window_left,
+                                  .window_right = c->step.window_right,
+                                  .softcap = c->step.softcap};
+    return PTR(0, &c->dopts);
+}
 static attn_step_opts *pr_sopts(pr_case *c) {
     c->step.n_new = c->use_nnew ? c->n_new : NULL;
     c->step.keep = PV(c->keep_i);
@@ -75,11 +85,11 @@ static attn_decoder_params pr_dec_params(pr_case *c, int i) {
 /* ---- the calls (pointer slots: 0 opts, 1 cfg, 2 params, 3 cache, 4 memory cache) ---- */
 
 static attn_status call_sdpa_decode(pr_case *c) {
-    return attn_sdpa_decode(PV(0), PV(1), PV(2), pr_i64(c, 3), true, pr_sopts(c), PV(4), PV(5),
+    return attn_sdpa_decode(PV(0), PV(1), PV(2), pr_i64(c, 3), true, pr_dopts(c), PV(4), PV(5),
                             c->work, c->work_size);
 }
 static size_t q_sdpa_decode(pr_case *c) {
-    return attn_sdpa_decode_workspace_size(V(0), V(1), V(2), pr_sopts(c));
+    return attn_sdpa_decode_workspace_size(V(0), V(1), V(2), pr_dopts(c));
 }
 static attn_status call_mha_step(pr_case *c) {
     attn_mha_params p = pr_mha_params(c, c->p0, true);
@@ -542,8 +552,9 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
     static const char *const desc[] = {
         "step scale NaN", "step scale inf",     "step threads -1", "step split -1",
         "n_new Tq + 1",   "n_new -1",           "rope style 9",    "len Tmax + 1",
-        "len -1",         "len + n_new > Tmax", "mem_len S + 1",   "mem_len -1"};
-    for (int m = 0; m < 12; ++m) {
+        "len -1",         "len + n_new > Tmax", "mem_len S + 1",   "mem_len -1",
+        "step window_left -1", "step softcap NaN"};
+    for (int m = 0; m < 14; ++m) {
         pr_build(which, dt, c);
         attn_status want = ATTN_EINVAL;
         int64_t *len = c->len_i >= 0 ? (int64_t *)c->v[c->len_i].data : NULL;
@@ -552,9 +563,11 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
             continue;
         if (m >= 7 && m <= 9 && !len)
             continue;
-        if (m >= 10 && !mem)
+        if (m >= 10 && m <= 11 && !mem)
             continue;
-        if (m == 6 && !step) /* the decoder takes rope from its config; decode: must be unset */
+        if (m >= 12 && mem)
+            continue;
+        if (m == 6 && !step) /* the decoder takes rope from its config; decode has none */
             continue;
         switch (m) {
         case 0:
@@ -569,11 +582,11 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
         case 3:
             c->step.split = -1;
             break;
-        case 4:
-            c->n_new[0] = DC_TQ + 1;
+        case 4: /* every per-batch length out of range: ATTN_ERANGE */
+            c->n_new[0] = DC_TQ + 1, want = ATTN_ERANGE;
             break;
         case 5:
-            c->n_new[1] = -1;
+            c->n_new[1] = -1, want = ATTN_ERANGE;
             break;
         case 6:
             c->step.rope = (attn_rope_config){.on = true, .style = (attn_rope_style)9};
@@ -590,26 +603,27 @@ static void pr_step_mutations(int which, attn_dtype dt, pr_case *c, const pr_val
             len[0] = DC_TMAX - 1, want = ATTN_ERANGE; /* + n_new[0] = 2 overflows */
             break;
         case 10:
-            c->kv_len[0] = DC_S + 1;
+            c->kv_len[0] = DC_S + 1, want = ATTN_ERANGE;
+            break;
+        case 11:
+            c->kv_len[1] = -1, want = ATTN_ERANGE;
+            break;
+        case 12:
+            c->step.window = true, c->step.window_left = -1;
             break;
         default:
-            c->kv_len[1] = -1;
+            c->step.softcap = NAN;
             break;
         }
         if (mem && m < 10)
             continue; /* no step options */
         pr_try(c, base, E_REFUSE, want, desc[m]);
     }
-    /* options a decode kernel or a decoder step must refuse */
-    if (which == 44 || which == 47) {
+    /* options a decoder step must refuse */
+    if (which == 47) {
         pr_build(which, dt, c);
         c->step.rope.on = true;
         pr_try(c, base, E_REFUSE, ATTN_EINVAL, "rope in the options");
-    }
-    if (which == 44) {
-        pr_build(which, dt, c);
-        c->use_nnew = true, c->n_new[0] = c->n_new[1] = 1;
-        pr_try(c, base, E_REFUSE, ATTN_EINVAL, "n_new given to the decode kernel");
     }
     /* a missing memory cache with cross-attention; a memory without it */
     if (which == 47) {

@@ -477,12 +477,12 @@ START_TEST(step_errors) {
     attn_step_opts on = {.n_new = n1};
     ck_assert_int_eq(attn_mha_step(&cfg, &p, &on, &x3.v, &kc, &out.v, NULL, 0), ATTN_ERANGE);
     UNTOUCHED();
-    /* n_new out of range */
+    /* n_new out of range: a per-batch length, ATTN_ERANGE */
     int64_t nb[B] = {4, 1};
     attn_step_opts onb = {.n_new = nb};
-    ck_assert_int_eq(attn_mha_step(&cfg, &p, &onb, &x3.v, &kc, &out.v, NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_mha_step(&cfg, &p, &onb, &x3.v, &kc, &out.v, NULL, 0), ATTN_ERANGE);
     nb[0] = -1;
-    ck_assert_int_eq(attn_mha_step(&cfg, &p, &onb, &x3.v, &kc, &out.v, NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_mha_step(&cfg, &p, &onb, &x3.v, &kc, &out.v, NULL, 0), ATTN_ERANGE);
     UNTOUCHED();
     /* a length past Tmax */
     kc.len[0] = TM + 1;
@@ -619,7 +619,7 @@ START_TEST(decode_vs_reference) {
         }
         lt out = lt_new(c->dt, 4, q.v.shape), lse = lt_new(c->dt, 3, q.v.shape);
         tu_fill(&out.v, &seed, 50.0);
-        attn_step_opts o = {.split = c->split, .threads = c->threads};
+        attn_decode_opts o = {.split = c->split, .threads = c->threads};
         size_t ws = attn_sdpa_decode_workspace_size(&q.v, &k, &v, &o);
         void *w = malloc(ws ? ws : 1);
         attn_status st =
@@ -674,12 +674,13 @@ START_TEST(decode_errors) {
     lt o3 = lt_new(ATTN_F64, 4, (int64_t[]){2, 3, 1, 8});
     ck_assert_int_eq(attn_sdpa_decode(&q3.v, &k.v, &v.v, len, true, NULL, &o3.v, NULL, NULL, 0),
                      ATTN_ESHAPE);
-    uint8_t kb[64] = {1};
-    attn_view keep;
-    attn_view_init(&keep, ATTN_U8, kb, 4, (int64_t[]){1, 1, 1, 8});
-    attn_step_opts ok = {.keep = &keep};
-    ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, &ok, &out.v, NULL, NULL, 0),
+    attn_decode_opts bad = {.split = -1};
+    ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, &bad, &out.v, NULL, NULL, 0),
                      ATTN_EINVAL);
+    len[0] = -1; /* a per-batch length out of range: ATTN_ERANGE, nothing written */
+    ck_assert_int_eq(attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &out.v, NULL, NULL, 0),
+                     ATTN_ERANGE);
+    len[0] = 5;
     lt lbad = lt_new(ATTN_F64, 3, (int64_t[]){2, 4, 2});
     ck_assert_int_eq(
         attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, NULL, &out.v, &lbad.v, NULL, 0),
@@ -693,6 +694,67 @@ START_TEST(decode_errors) {
     lt_free(&q3);
     lt_free(&o3);
     lt_free(&lbad);
+}
+END_TEST
+
+/*
+ * The masking rule of every path (tmpl/mask.h) in the decode kernel: a -inf bias
+ * hides a NaN score (NaN in k) and keep = 0 an inf one, and their values (NaN, -inf
+ * in v) never reach a row; the result is the reference's over the same masks with
+ * those keys made finite. A NaN score a row can see makes that row NaN (never
+ * out 0). One split and several.
+ */
+START_TEST(dc_masked_nan) {
+    enum { H = 2, TQ = 2, D = 4, TM = 8, L = 6 };
+    for (int d = 0; d < 2; ++d)
+        for (int sp = 0; sp < 2; ++sp) {
+            attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+            uint64_t seed = 77 + (uint64_t)d;
+            int64_t len[1] = {L};
+            lt q = lt_rand(dt, 4, (int64_t[]){1, H, TQ, D}, &seed, 1.0);
+            lt k = lt_rand(dt, 4, (int64_t[]){1, 1, TM, D}, &seed, 1.0);
+            lt v = lt_rand(dt, 4, (int64_t[]){1, 1, TM, D}, &seed, 1.0);
+            lt bias = lt_rand(dt, 4, (int64_t[]){1, 1, TQ, TM}, &seed, 0.5);
+            lt keep = lt_new(ATTN_U8, 4, (int64_t[]){1, 1, 1, TM});
+            lt out = lt_new(dt, 4, (int64_t[]){1, H, TQ, D}), lse = lt_new(dt, 3, q.v.shape);
+            for (int64_t j = 0; j < TM; ++j)
+                ((uint8_t *)keep.mem)[j] = j != 4;
+            for (int64_t i = 0; i < TQ; ++i)
+                tu_set(&bias.v, (int64_t[]){0, 0, i, 2}, -INFINITY);
+            /* the reference: keys 0..L-1, made finite, bottom-right causal, same masks */
+            attn_view kr, vr, br, mr;
+            attn_view_slice(&k.v, 2, 0, L, 1, &kr);
+            attn_view_slice(&v.v, 2, 0, L, 1, &vr);
+            attn_view_slice(&bias.v, 3, 0, L, 1, &br);
+            attn_view_slice(&keep.v, 3, 0, L, 1, &mr);
+            lt wo = lt_new(ATTN_F64, 4, out.v.shape), wl = lt_new(ATTN_F64, 3, q.v.shape);
+            attn_sdpa_opts ro = {.causal = ATTN_CAUSAL_BOTTOM_RIGHT, .bias = &br, .keep = &mr};
+            ref_sdpa(&q.v, &kr, &vr, &ro, &wo.v, NULL, &wl.v);
+            for (int64_t e = 0; e < D; ++e) { /* then the hidden keys' scores and values */
+                tu_set(&k.v, (int64_t[]){0, 0, 2, e}, NAN);
+                tu_set(&k.v, (int64_t[]){0, 0, 4, e}, INFINITY);
+                tu_set(&v.v, (int64_t[]){0, 0, 2, e}, NAN);
+                tu_set(&v.v, (int64_t[]){0, 0, 4, e}, -INFINITY);
+            }
+            attn_decode_opts o = {.bias = &bias.v, .keep = &keep.v, .split = sp ? 2 : 0};
+            ck_assert_int_eq(
+                attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, &o, &out.v, &lse.v, NULL, 0),
+                ATTN_OK);
+            tu_check_close(&out.v, &wo.v, TOL_R(dt), dt == ATTN_F64 ? 1e-13 : 1e-6, "out");
+            tu_check_close(&lse.v, &wl.v, TOL_R(dt), dt == ATTN_F64 ? 1e-13 : 1e-5, "lse");
+            /* a NaN score every row sees (key 1): every row NaN */
+            tu_set(&k.v, (int64_t[]){0, 0, 1, 0}, NAN);
+            ck_assert_int_eq(
+                attn_sdpa_decode(&q.v, &k.v, &v.v, len, true, &o, &out.v, &lse.v, NULL, 0),
+                ATTN_OK);
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t i = 0; i < TQ; ++i) {
+                    ck_assert(isnan(tu_get(&out.v, (int64_t[]){0, h, i, 0})));
+                    ck_assert(isnan(tu_get(&lse.v, (int64_t[]){0, h, i})));
+                }
+            lt_free(&q), lt_free(&k), lt_free(&v), lt_free(&bias), lt_free(&keep);
+            lt_free(&out), lt_free(&lse), lt_free(&wo), lt_free(&wl);
+        }
 }
 END_TEST
 
@@ -1199,7 +1261,7 @@ START_TEST(decoder_config_and_errors) {
     attn_sdpa_opts bad = {.kv_len = kl};
     ck_assert_int_eq(
         attn_decoder_forward(&c, &p, &x.v, NULL, &bad, NULL, &out.v, NULL, NULL, 0),
-        ATTN_EINVAL); /* kv_len out of range: ATTN_EINVAL, as attn_sdpa and every layer */
+        ATTN_ERANGE); /* kv_len out of range: ATTN_ERANGE, as every per-batch length */
     ck_assert_int_eq(memcmp(out.mem, out0.mem, sizeof(double) * 48), 0);
     ck_assert_int_eq(attn_decoder_backward(&c, &p, &x.v, NULL, NULL, NULL, NULL, &out.v, NULL,
                                            NULL, NULL, NULL, 0),
@@ -1463,6 +1525,7 @@ int main(void) {
         {"attn_mha_step", step_errors},
         {"attn_sdpa_decode", decode_vs_reference},
         {"attn_sdpa_decode", decode_errors},
+        {"attn_sdpa_decode", dc_masked_nan},
         {"attn_decoder_forward", decoder_forward_torch},
         {"attn_decoder_forward", decoder_config_and_errors},
         {"attn_decoder_backward", decoder_backward_torch},

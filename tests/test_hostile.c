@@ -1320,12 +1320,107 @@ START_TEST(hs_regress_encoder_packed_weights) {
 }
 END_TEST
 
+/* ---- one status for a length out of range -------------------------------------- */
+
+/* n bytes carved from the arena, 64-byte aligned, zeroed. */
+static void *hs_carve(size_t n) {
+    hs_used = (hs_used + 63) & ~(size_t)63;
+    ck_assert_uint_le(hs_used + n, HS_ARENA_BYTES / 2);
+    void *p = hs_mem + hs_used;
+    memset(p, 0, n);
+    hs_used += n;
+    return p;
+}
+
+/* call must return ATTN_ERANGE and leave every byte of the arena as it was */
+#define HS_LEN_RANGE(call, what)                                                            \
+    do {                                                                                    \
+        memcpy(hs_snap, hs_mem, sizeof hs_mem);                                             \
+        attn_status st_ = (call);                                                           \
+        ck_assert_msg(st_ == ATTN_ERANGE, "%s: got %s, want ATTN_ERANGE", (what),           \
+                      attn_status_name(st_));                                               \
+        ck_assert_msg(memcmp(hs_snap, hs_mem, sizeof hs_mem) == 0, "%s: wrote memory",      \
+                      (what));                                                              \
+    } while (0)
+
+/*
+ * A per-batch length one past the end or -1: ATTN_ERANGE, nothing written, through
+ * attn_sdpa (kv_len), attn_mha_forward and attn_decoder_forward (kv_len), attn_sdpa_decode
+ * (len) and attn_mha_step (the cache's len); every tensor, length and parameter in the
+ * arena. Each call is first run valid (ATTN_OK).
+ */
+START_TEST(hs_length_out_of_range) {
+    enum { B = 2, T = 3, C = 4, H = 2, TM = 6 };
+    for (int d = 0; d < 2; ++d) {
+        attn_dtype dt = d ? ATTN_F64 : ATTN_F32;
+        hs_case c0, *c = &c0;
+        memset(c, 0, sizeof *c);
+        hs_used = 0;
+        hs_seed = 7;
+        c->dt = dt;
+        /* sdpa and decode: q, k, v, out; the cache k, v (B, 1, TM, D) */
+        hs_in(c, 4, SH(B, H, T, 2));
+        hs_in(c, 4, SH(B, 1, T, 2));
+        hs_in(c, 4, SH(B, 1, T, 2));
+        hs_in(c, 4, SH(B, H, 1, 2));
+        hs_in(c, 4, SH(B, 1, TM, 2));
+        hs_in(c, 4, SH(B, 1, TM, 2));
+        hs_in(c, 3, SH(B, T, C));
+        hs_in(c, 3, SH(B, 1, C));
+        hs_outp(c, 4, SH(B, H, T, 2));
+        hs_outp(c, 4, SH(B, H, 1, 2));
+        hs_outp(c, 3, SH(B, T, C));
+        hs_outp(c, 3, SH(B, 1, C));
+        attn_view *out = hs_out(c, 0), *dout = hs_out(c, 1), *lout = hs_out(c, 2),
+                  *sout = hs_out(c, 3);
+        int64_t *kv_len = hs_carve(B * sizeof(int64_t)), *len = hs_carve(B * sizeof(int64_t));
+        /* the layers: an MHA with its parameters, a cache, a decoder-only block */
+        attn_mha_config mc = {.dtype = dt, .d_model = C, .heads = H, .bias = true};
+        attn_decoder_config dc = {.self_attn = mc,
+                                  .ffn = {.dtype = dt, .d_model = C, .d_ff = 8, .bias = true}};
+        size_t mn = attn_mha_params_size(&mc), cn = attn_kv_cache_size(&mc, B, TM),
+               dn = attn_decoder_params_size(&dc);
+        attn_mha_params mp;
+        attn_kv_cache kc;
+        attn_decoder_params dp;
+        HS_OK(attn_mha_params_bind(&mp, &mc, hs_carve(mn), mn));
+        HS_OK(attn_kv_cache_bind(&kc, &mc, B, TM, hs_carve(cn), cn));
+        HS_OK(attn_decoder_params_bind(&dp, &dc, hs_carve(dn), dn));
+        attn_sdpa_opts so = {.kv_len = kv_len};
+        int64_t bad[2][2] = {{T + 1, T}, {T, -1}}, badc[2][2] = {{TM + 1, 0}, {0, -1}};
+        for (int m = 0; m < 2; ++m) {
+            kv_len[0] = kv_len[1] = T;
+            len[0] = len[1] = 4;
+            kc.len[0] = kc.len[1] = 2;
+            HS_OK(attn_sdpa(V(0), V(1), V(2), &so, out, NULL, 0));
+            HS_OK(attn_sdpa_decode(V(3), V(4), V(5), len, true, NULL, dout, NULL, NULL, 0));
+            HS_OK(attn_mha_forward(&mc, &mp, V(6), NULL, &so, lout, NULL, NULL, 0));
+            HS_OK(attn_decoder_forward(&dc, &dp, V(6), NULL, &so, NULL, lout, NULL, NULL, 0));
+            HS_OK(attn_mha_step(&mc, &mp, NULL, V(7), &kc, sout, NULL, 0));
+            kv_len[0] = bad[m][0], kv_len[1] = bad[m][1];
+            len[0] = badc[m][0], len[1] = badc[m][1];
+            kc.len[0] = badc[m][0], kc.len[1] = badc[m][1];
+            HS_LEN_RANGE(attn_sdpa(V(0), V(1), V(2), &so, out, NULL, 0), "attn_sdpa kv_len");
+            HS_LEN_RANGE(attn_mha_forward(&mc, &mp, V(6), NULL, &so, lout, NULL, NULL, 0),
+                     "attn_mha_forward kv_len");
+            HS_LEN_RANGE(attn_decoder_forward(&dc, &dp, V(6), NULL, &so, NULL, lout, NULL, NULL, 0),
+                     "attn_decoder_forward kv_len");
+            HS_LEN_RANGE(attn_sdpa_decode(V(3), V(4), V(5), len, true, NULL, dout, NULL, NULL, 0),
+                     "attn_sdpa_decode len");
+            HS_LEN_RANGE(attn_mha_step(&mc, &mp, NULL, V(7), &kc, sout, NULL, 0),
+                     "attn_mha_step cache len");
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("aliasing");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, hs_baseline);
     tcase_add_test(tc, hs_alias_every_output);
+    tcase_add_test(tc, hs_length_out_of_range);
     suite_add_tcase(s, tc);
     tc = tcase_create("overflow");
     tcase_set_timeout(tc, 120);

@@ -261,7 +261,7 @@ START_TEST(mf_errors) {
     ck_assert_int_eq(attn_mha_forward(&c, &p, &x.v, NULL, &o2, &out.v, NULL, NULL, 0), ATTN_EDTYPE);
     int64_t kl[2] = {3, 4};
     attn_sdpa_opts o3 = {.kv_len = kl};
-    ck_assert_int_eq(attn_mha_forward(&c, &p, &x.v, NULL, &o3, &out.v, NULL, NULL, 0), ATTN_EINVAL); /* as attn_sdpa documents */
+    ck_assert_int_eq(attn_mha_forward(&c, &p, &x.v, NULL, &o3, &out.v, NULL, NULL, 0), ATTN_ERANGE); /* as attn_sdpa documents */
     /* a trace view of the wrong shape */
     lt badq = lt_new(ATTN_F64, 3, (int64_t[]){2, 3, 3});
     attn_trace tr = {.q = &badq.v};
@@ -361,7 +361,8 @@ START_TEST(lf_refused_writes_nothing) {
                 ec.norm = layer == 1 ? ATTN_PRE_NORM : ATTN_POST_NORM;
                 st = attn_encoder_forward(&ec, &p, &x.v, &bad[o], &out.v, &f.tr, NULL, 0);
             }
-            ck_assert_msg(st == ATTN_EINVAL, "option %zu, layer %d: status %d", o, layer, st);
+            attn_status want = bad[o].kv_len ? ATTN_ERANGE : ATTN_EINVAL;
+            ck_assert_msg(st == want, "option %zu, layer %d: status %d", o, layer, st);
             full_trace_untouched(&f, &out, layer == 0 ? "mha" : "encoder");
             full_trace_free(&f);
             lt_free(&out);
@@ -371,10 +372,10 @@ START_TEST(lf_refused_writes_nothing) {
     attn_sdpa_opts o = {.kv_len = kl_bad};
     lt q = lt_rand(dt, 4, (int64_t[]){B, H, T, C / H}, &seed, 1.0);
     lt so = lt_new(dt, 4, (int64_t[]){B, H, T, C / H}), lo = lt_new(dt, 3, (int64_t[]){B, T, C});
-    ck_assert_int_eq(attn_sdpa(&q.v, &q.v, &q.v, &o, &so.v, NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_sdpa(&q.v, &q.v, &q.v, &o, &so.v, NULL, 0), ATTN_ERANGE);
     ck_assert_int_eq(attn_mha_forward(&ec.mha, &p.mha, &x.v, NULL, &o, &lo.v, NULL, NULL, 0),
-                     ATTN_EINVAL);
-    ck_assert_int_eq(attn_encoder_forward(&ec, &p, &x.v, &o, &lo.v, NULL, NULL, 0), ATTN_EINVAL);
+                     ATTN_ERANGE);
+    ck_assert_int_eq(attn_encoder_forward(&ec, &p, &x.v, &o, &lo.v, NULL, NULL, 0), ATTN_ERANGE);
     lt_free(&q); lt_free(&so); lt_free(&lo); lt_free(&x);
     free(slab);
 }

@@ -79,6 +79,7 @@ struct pr_case {
     /* decode (promises_decode.c) */
     uint64_t raw;        /* bit i: view i is a raw int64 array (cache lengths), not a view */
     attn_step_opts step; /* options of a cached step */
+    attn_decode_opts dopts; /* the decode kernel's: scale, threads, split of step */
     int64_t n_new[4];
     bool use_nnew, has_step, mlen;
     bool ref_all;     /* the baseline compares every output (cache entries, lengths) */
@@ -1365,12 +1366,13 @@ static void pr_run(int which, attn_dtype dt, int parts) {
     }
     /* ---- options ---- */
     if (c->has_opts && (parts & PART_ARGS)) {
-        for (int m = 0; m < 10; ++m) {
+        for (int m = 0; m < 13; ++m) {
             pr_build(which, dt, c);
             attn_sdpa_opts *o = &c->opts;
-            const char *desc[] = {"threads -1",    "block_q -1", "block_k -1", "scale NaN",
-                                  "scale +inf",    "scale -inf", "causal 7",   "algo 9",
-                                  "kv_len Tk + 1", "kv_len -1"};
+            const char *desc[] = {"threads -1",    "block_q -1", "block_k -1",     "scale NaN",
+                                  "scale +inf",    "scale -inf", "causal 7",       "algo 9",
+                                  "kv_len Tk + 1", "kv_len -1",  "window_left -1", "softcap NaN",
+                                  "n_seqs -1"};
             switch (m) {
             case 0:
                 o->threads = -1;
@@ -1399,12 +1401,21 @@ static void pr_run(int which, attn_dtype dt, int parts) {
             case 8:
                 c->kv_len[0] += 1;
                 break;
-            default:
+            case 9:
                 c->kv_len[1] = -1;
+                break;
+            case 10:
+                o->window = true, o->window_left = -1;
+                break;
+            case 11:
+                o->softcap = NAN;
+                break;
+            default:
+                o->n_seqs = -1;
                 break;
             }
             snprintf(what, sizeof what, "opts %s", desc[m]);
-            pr_try(c, &base, E_REFUSE, ATTN_EINVAL, what);
+            pr_try(c, &base, E_REFUSE, m == 8 || m == 9 ? ATTN_ERANGE : ATTN_EINVAL, what);
         }
     }
     if (c->has_eps && (parts & PART_ARGS))
@@ -2143,8 +2154,8 @@ START_TEST(rg_masked_nan_rule) {
 END_TEST
 
 /*
- * Class D: kv_len outside 0..Tk is ATTN_EINVAL everywhere (attn_sdpa's documented
- * status); the layers said ATTN_ERANGE (layers.h promises "the statuses of attn_sdpa").
+ * Class D: a per-batch length out of range is ATTN_ERANGE everywhere (kv_len outside
+ * 0..Tk through attn_sdpa, its backward and the layers; docs/reliability.md).
  */
 START_TEST(rg_kv_len_status) {
     pr_nfail = 0;
@@ -2159,7 +2170,24 @@ START_TEST(rg_kv_len_status) {
                     c->kv_len[1] = -1;
                 else
                     c->kv_len[0] = INT64_MAX;
-                RG_END(E_REFUSE, ATTN_EINVAL, "kv_len out of range");
+                RG_END(E_REFUSE, ATTN_ERANGE, "kv_len out of range");
+            }
+    /* the same misuse through the decode API: attn_sdpa_decode's len, the cache's len of
+       attn_mha_step and attn_decoder_step, and the memory lengths of attn_decoder_memory */
+    static const int dcases[] = {44, 45, 46, 47};
+    for (int d = 0; d < 2; ++d)
+        for (size_t n = 0; n < sizeof dcases / sizeof *dcases; ++n)
+            for (int m = 0; m < 3; ++m) {
+                RG_BEGIN(dcases[n], d ? ATTN_F64 : ATTN_F32);
+                int64_t *len = dcases[n] == 46 ? c->kv_len : (int64_t *)c->v[c->len_i].data;
+                int64_t hi = dcases[n] == 46 ? DC_S : DC_TMAX;
+                if (m == 0)
+                    len[0] = hi + 1;
+                else if (m == 1)
+                    len[1] = -1;
+                else
+                    len[0] = INT64_MAX;
+                RG_END(E_REFUSE, ATTN_ERANGE, "per-batch length out of range");
             }
     RG_CHECK();
 }
@@ -2289,10 +2317,10 @@ START_TEST(rg_check_order) {
     attn_view o3;
     PR_OK(attn_view_init(&o3, ATTN_F32, mem, 4, SH(1, 1, 3, 2)));
     ck_assert_int_eq(attn_sdpa(&q2, &q2, &v, NULL, &o3, NULL, 0), ATTN_ESHAPE);
-    /* sdpa: out overlapping q, bad kv_len: EINVAL (options precede aliasing) */
+    /* sdpa: out overlapping q, bad kv_len: ERANGE (lengths precede aliasing) */
     int64_t kv[1] = {7};
     attn_sdpa_opts o2 = {.kv_len = kv};
-    ck_assert_int_eq(attn_sdpa(&q2, &q2, &v, &o2, &o, NULL, 0), ATTN_EINVAL);
+    ck_assert_int_eq(attn_sdpa(&q2, &q2, &v, &o2, &o, NULL, 0), ATTN_ERANGE);
     /* linear: x overlapping y, W of the wrong dtype: EDTYPE */
     attn_view x, w, y;
     PR_OK(attn_view_init(&x, ATTN_F32, mem, 2, SH(3, 4)));

@@ -534,7 +534,7 @@ static void br_enum(problem *p, attn_ring_opts *o, MPI_Comm *c, attn_view *q, at
 START_TEST(ring_err_local) {
     int last = nranks - 1;
     expect_error(br_null_q, last, ATTN_EINVAL, "NULL q on the last rank");
-    expect_error(br_kvlen, 0, ATTN_EINVAL, "kv_len beyond the block on rank 0");
+    expect_error(br_kvlen, 0, ATTN_ERANGE, "kv_len beyond the block on rank 0");
     expect_error(br_enum, last, ATTN_EINVAL, "bad layout enum on the last rank");
     expect_error(br_alias, 0, ATTN_EALIAS, "out aliases q on rank 0");
     expect_error(br_lse_shape, last, ATTN_ESHAPE, "lse shape on the last rank");
@@ -950,6 +950,101 @@ START_TEST(ringbw_errors) {
 }
 END_TEST
 
+/* ---- attention variants at global positions ---------------------------------------- */
+
+/*
+ * Window, softcap, ALiBi and sinks (each variant kind alone, and all at once), both
+ * layouts, causal and not, uneven blocks: the ring's out, lse, and the backward's dq,
+ * dk, dv and dsinks equal attn_sdpa and attn_sdpa_backward over the whole sequence
+ * with the same options (whose variants are checked against the independent float64
+ * fixtures in test_variants).
+ */
+static void run_variant(const rcase *c, int kind, attn_dtype dt) {
+    problem p;
+    problem_make(c, dt, &p);
+    int64_t n = p.n, Tr = p.Tr, H = c->H;
+    uint64_t seed = 0xabu + (uint64_t)n + (uint64_t)kind, junk = 5 + (uint64_t)rank;
+    sd_t al = sd_zeros(dt, 1, (int64_t[]){H}), sk = sd_zeros(dt, 1, (int64_t[]){H});
+    sd_t ds = sd_zeros(dt, 1, (int64_t[]){H}), dsr = sd_zeros(dt, 1, (int64_t[]){H});
+    attn_alibi_slopes(&al.v, 0);
+    tu_fill(&sk.v, &seed, 2.0); /* same on every rank: the seed is */
+    attn_sdpa_opts so = {.scale = c->scale,
+                         .causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE};
+    attn_ring_opts ro = {.scale = c->scale, .causal = c->causal, .layout = c->layout,
+                         .lse = &p.ll.v};
+    if (kind == 0 || kind == 4)
+        so.window = ro.window = true, so.window_left = ro.window_left = 5,
+        so.window_right = ro.window_right = c->causal ? 0 : 3;
+    if (kind == 1 || kind == 4)
+        so.softcap = ro.softcap = 1.5;
+    if (kind == 2 || kind == 4)
+        so.alibi = ro.alibi = &al.v;
+    if (kind == 3 || kind == 4)
+        so.sinks = ro.sinks = &sk.v;
+    sd_t out = sd_zeros(dt, 4, (int64_t[]){c->B, H, n, c->Dv});
+    sd_t lse = sd_zeros(dt, 3, (int64_t[]){c->B, H, n});
+    sd_t dout = sd_make(dt, (int64_t[]){c->B, H, n, c->Dv}, LY_CONTIG, &seed, 1.0);
+    so.lse = &lse.v;
+    ck_assert_int_eq(attn_sdpa(&p.q.v, &p.k.v, &p.v.v, &so, &out.v, NULL, 0), ATTN_OK);
+    so.lse = NULL;
+    attn_status s =
+        attn_ring_sdpa(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v, NULL, 0);
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s, variant %d", c->name, kind);
+    assert_status_all(s, ATTN_OK, nm);
+    double rt = TU_RTOL(dt), at = TU_ATOL(dt);
+    assert_close_all(worst_rows(&p.ol.v, &out.v, p.map, rt, at), "out vs attn_sdpa", nm, dt);
+    assert_close_all(worst_rows(&p.ll.v, &lse.v, p.map, rt, at), "lse vs attn_sdpa", nm, dt);
+    /* the backward, dsinks summed over every rank's rows */
+    sd_t g[3], gl[3];
+    const sd_t *in[3] = {&p.q, &p.k, &p.v}, *loc[3] = {&p.ql, &p.kl, &p.vl};
+    for (int i = 0; i < 3; ++i) {
+        g[i] = sd_zeros(dt, 4, in[i]->v.shape);
+        gl[i] = sd_zeros(dt, 4, loc[i]->v.shape);
+    }
+    so.dsinks = so.sinks ? &ds.v : NULL;
+    ck_assert_int_eq(attn_sdpa_backward(&p.q.v, &p.k.v, &p.v.v, &so, &out.v, &lse.v, &dout.v,
+                                        &g[0].v, &g[1].v, &g[2].v, NULL, 0),
+                     ATTN_OK);
+    sd_t doutl = local_rows(&dout.v, p.map, Tr, LY_CONTIG, &junk);
+    ro.dsinks = ro.sinks ? &dsr.v : NULL;
+    s = attn_ring_sdpa_backward(MPI_COMM_WORLD, &p.ql.v, &p.kl.v, &p.vl.v, &ro, &p.ol.v,
+                                &p.ll.v, &doutl.v, &gl[0].v, &gl[1].v, &gl[2].v, NULL, 0);
+    assert_status_all(s, ATTN_OK, nm);
+    static const char *names[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i)
+        assert_close_all(worst_rows(&gl[i].v, &g[i].v, p.map, GRTOL(dt), GATOL(dt)), names[i],
+                         nm, dt);
+    if (ro.sinks) {
+        int ok = 1;
+        for (int64_t h = 0; h < H; ++h) {
+            double a = tu_get(&dsr.v, &h), b = tu_get(&ds.v, &h);
+            ok &= fabs(a - b) <= GATOL(dt) + GRTOL(dt) * fabs(b);
+        }
+        assert_all(ok, "dsinks vs attn_sdpa_backward");
+    }
+    for (int i = 0; i < 3; ++i)
+        sd_free(&g[i]), sd_free(&gl[i]);
+    sd_t *all[] = {&al, &sk, &ds, &dsr, &out, &lse, &dout, &doutl};
+    for (size_t i = 0; i < sizeof all / sizeof *all; ++i)
+        sd_free(all[i]);
+    problem_free(&p);
+}
+
+START_TEST(ring_variants) {
+    static const rcase cs[] = {
+        {"variants causal zigzag", 2, 4, 2, 4, 3, 9, 1, CA, ZZ, 0, 0, LY_CONTIG, 0},
+        {"variants causal contiguous", 1, 2, 1, 4, 4, 7, 0, CA, CO, 0, 0, LY_BTHD, 0},
+        {"variants open", 1, 2, 2, 4, 4, 6, 2, NC, CO, 0, 0, LY_CONTIG, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; ++i)
+        for (int kind = 0; kind < 5; ++kind) {
+            run_variant(&cs[i], kind, ATTN_F64);
+            run_variant(&cs[i], kind, ATTN_F32);
+        }
+}
+END_TEST
+
 static Suite *ring_suite(void) {
     Suite *s = suite_create("ring");
     TCase *tc = tcase_create("attn_ring_sdpa");
@@ -974,6 +1069,7 @@ static Suite *ring_suite(void) {
     tcase_add_test(tb, ring_extreme_logits);
     tcase_add_test(tb, ringbw_partial);
     tcase_add_test(tb, ringbw_errors);
+    tcase_add_test(tb, ring_variants);
     tcase_set_timeout(tb, 300);
     suite_add_tcase(s, tb);
     TCase *tw = tcase_create("attn_ring_sdpa_workspace_size");

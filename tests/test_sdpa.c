@@ -293,7 +293,7 @@ START_TEST(sd_errors) {
     x = ok; x.block_q = -1; EXPECT(ATTN_EINVAL, x, &Q, &K, &V, &O, NULL, 0);
     x = ok; x.threads = -2; EXPECT(ATTN_EINVAL, x, &Q, &K, &V, &O, NULL, 0);
     int64_t kvl[2] = {5, 6};
-    x = ok; x.kv_len = kvl; EXPECT(ATTN_EINVAL, x, &Q, &K, &V, &O, NULL, 0);
+    x = ok; x.kv_len = kvl; EXPECT(ATTN_ERANGE, x, &Q, &K, &V, &O, NULL, 0);
     /* dtypes: mixed, wrong mask dtype, U8 data */
     EXPECT(ATTN_EDTYPE, ok, &Qd, &K, &V, &O, NULL, 0);
     x = ok; x.keep = &BI; EXPECT(ATTN_EDTYPE, x, &Q, &K, &V, &O, NULL, 0);

@@ -103,6 +103,13 @@ typedef struct attn_step_opts {
     attn_rope_config rope; /* attn_mha_step only (a decoder takes it from its config) */
     int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
     int64_t split;         /* keys per split of the decode kernel; 0 -> automatic */
+    /* attention variants as in attn_sdpa_opts (self-attention only), positions absolute:
+       new token i of batch b at len[b] + i, key j at j */
+    bool window;
+    int64_t window_left, window_right;
+    double softcap;
+    const attn_view *alibi; /* (H) */
+    const attn_view *sinks; /* (H) */
 } attn_step_opts;
 
 /**
@@ -117,7 +124,9 @@ typedef struct attn_step_opts {
  * where query i sees keys j <= L + i (bottom-right causal alignment: the
  * same result as attn_mha_forward over the whole prefix with
  * ATTN_CAUSAL_TOP_LEFT, to rounding), masked further by keep and bias
- * (absolute key positions). GQA: query head h reads key/value head
+ * (absolute key positions), and by the variants of opts (window, softcap,
+ * ALiBi, sinks: docs/numerics.md, positions L + i and j). GQA: query head h
+ * reads key/value head
  * h / (H / Hkv). Prefill (Tq = prompt length) and decode (Tq = 1) are the
  * same call. Rows i >= n_new[b] of out are 0 and append nothing.
  * The attention runs the split-KV decode kernel when Tq is small (each
@@ -133,11 +142,12 @@ typedef struct attn_step_opts {
  * allocates for the call (a serious decoding loop passes a workspace and
  * never allocates).
  * Returns ATTN_OK, ATTN_EINVAL (NULL argument, invalid config or d_kv !=
- * d_model, bad options: scale not finite, threads or split < 0, n_new[b]
- * outside [0, Tq], bad rope), ATTN_EDTYPE, ATTN_ESHAPE (x not (B, Tq, C)
- * with the cache's B, Tq < 1, a parameter of the wrong shape, masks that do
- * not broadcast), ATTN_ESTRIDE, ATTN_EALIAS, ATTN_ERANGE (len[b] out of
- * [0, Tmax], or len[b] + n_new[b] > Tmax: the cache would overflow),
+ * d_model, bad options: scale not finite, threads or split < 0, bad rope),
+ * ATTN_EDTYPE, ATTN_ESHAPE (x not (B, Tq, C) with the cache's B, Tq < 1, a
+ * parameter of the wrong shape, masks that do not broadcast), ATTN_ESTRIDE,
+ * ATTN_EALIAS, ATTN_ERANGE (per-batch lengths: len[b] outside [0, Tmax],
+ * n_new[b] outside [0, Tq], or len[b] + n_new[b] > Tmax: the cache would
+ * overflow),
  * ATTN_EWORKSPACE, ATTN_ENOMEM. Since 0.2.
  */
 ATTN_API attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
@@ -152,33 +162,58 @@ ATTN_API size_t attn_mha_step_workspace_size(const attn_mha_config *cfg, const a
 
 /* ---- the split-KV decode kernel --------------------------------------------- */
 
+/** Options of attn_sdpa_decode (all-zero: the defaults; new fields at the end). Since 0.2. */
+typedef struct attn_decode_opts {
+    double scale;          /* 0 -> 1/sqrt(D) */
+    const attn_view *keep; /* U8 (B|1, H|1, Tq, Tmax), 1 = may attend; key index is the
+                              absolute position in the cache */
+    const attn_view *bias; /* additive, q's dtype, same broadcasting and indexing */
+    int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
+    int64_t split;         /* keys per split; 0 -> automatic */
+    /* attention variants as in attn_sdpa_opts, query row i of batch b at absolute
+       position p = len[b] - Tq + i, key j at j */
+    bool window;
+    int64_t window_left, window_right;
+    double softcap;
+    const attn_view *alibi; /* (H) */
+    const attn_view *sinks; /* (H) */
+} attn_decode_opts;
+
 /**
  * Attention of a few queries against a cache: for batch b, query head h,
  * query row i (q (B, H, Tq, D)), keys 0..L-1 with L = len[b] (k, v
  * (B, Hkv, Tmax, D), Tmax >= L), and key j visible iff
  * j <= L - Tq + i (bottom-right causal; causal false: every j < L):
- *   out[b, h, i] = softmax_j(scale q_i . k_j) v_j,   lse[b, h, i] = log sum exp.
+ *   out[b, h, i] = softmax_j(scale q_i . k_j + bias) v_j,   lse[b, h, i] = log sum exp,
+ * with keep and bias (opts) masking as in attn_sdpa: keep = 0 or a -inf bias
+ * hides key j, whatever its score (NaN included); and the variants of opts
+ * (window, softcap, ALiBi, sinks; docs/numerics.md) with query row i at
+ * position p = L - Tq + i and key j at j.
  * The keys of each (b, h) are cut into splits of opts->split keys (0 ->
  * enough splits to give every thread work when B H is below the thread
  * count); each split's partial (out, lse) is merged through the lse, the
  * same merge as ring attention. One pass over K and V: memory bound.
  * Rows with no visible key give out 0, lse -1e30. lse may be NULL. out
  * (B, H, Tq, D) and lse must not overlap any input, the len array
- * included (ATTN_EALIAS); k, v any strides.
- * opts: scale, threads, split (keep, bias, n_new, rope must be unset:
- * ATTN_EINVAL). Workspace: attn_sdpa_decode_workspace_size; NULL/0
- * allocates. Returns ATTN_OK, ATTN_EINVAL, ATTN_EDTYPE, ATTN_ESHAPE,
- * ATTN_ESTRIDE, ATTN_EALIAS, ATTN_ERANGE (len[b] outside [0, Tmax]),
- * ATTN_EWORKSPACE, ATTN_ENOMEM. Since 0.2.
+ * included, and the masks (ATTN_EALIAS); k, v any strides. opts NULL: the
+ * defaults.
+ * Workspace: attn_sdpa_decode_workspace_size; NULL/0 allocates.
+ * Returns ATTN_OK, ATTN_EINVAL (NULL q, k, v, len or out; scale not finite,
+ * threads or split < 0), ATTN_EDTYPE (mixed dtypes, keep not U8, bias not
+ * q's dtype), ATTN_ESHAPE (k and v of different shapes, Hkv < 1, H % Hkv,
+ * Tq < 1, masks that do not broadcast), ATTN_ESTRIDE, ATTN_EALIAS, ATTN_ERANGE
+ * (len[b] outside [0, Tmax], as every per-batch length), ATTN_EWORKSPACE,
+ * ATTN_ENOMEM. Since 0.2.
  */
 ATTN_API attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k,
                                       const attn_view *v, const int64_t *len, bool causal,
-                                      const attn_step_opts *opts, attn_view *out,
+                                      const attn_decode_opts *opts, attn_view *out,
                                       attn_view *lse, void *work, size_t work_size);
 
 /** Bytes of workspace attn_sdpa_decode needs (0 when invalid). Since 0.2. */
 ATTN_API size_t attn_sdpa_decode_workspace_size(const attn_view *q, const attn_view *k,
-                                                const attn_view *v, const attn_step_opts *opts);
+                                                const attn_view *v,
+                                                const attn_decode_opts *opts);
 
 /* ---- the decoder block ------------------------------------------------------ */
 
@@ -315,8 +350,8 @@ ATTN_API size_t attn_decoder_backward_workspace_size(const attn_decoder_config *
  * as lengths, 0 <= mem_len[b] <= S). mem is a cache for cfg.cross with
  * Tmax >= S (attn_kv_cache_bind). Every later attn_decoder_step reads it
  * and never writes it. Returns ATTN_OK, ATTN_EINVAL (no cross-attention,
- * NULL argument, mem_len out of range), ATTN_EDTYPE, ATTN_ESHAPE,
- * ATTN_ESTRIDE, ATTN_EALIAS, ATTN_ERANGE (S > Tmax), ATTN_EWORKSPACE,
+ * NULL argument), ATTN_EDTYPE, ATTN_ESHAPE, ATTN_ESTRIDE, ATTN_EALIAS,
+ * ATTN_ERANGE (S > Tmax, mem_len[b] outside [0, S]), ATTN_EWORKSPACE,
  * ATTN_ENOMEM. Workspace: attn_decoder_memory_workspace_size. Since 0.2.
  */
 ATTN_API attn_status attn_decoder_memory(const attn_decoder_config *cfg,
@@ -333,8 +368,8 @@ ATTN_API size_t attn_decoder_memory_workspace_size(const attn_decoder_config *cf
  * SA = attn_mha_step on self_cache (RoPE from cfg.rope; opts.rope must be
  * off) and CA over the projected memory mem (attn_decoder_memory; NULL
  * without cross-attention), keys 0..mem->len[b]-1, no causal mask.
- * x, out (B, Tq, C); opts as attn_mha_step (keep and bias apply to the
- * self-attention, n_new to both). Equal, at every step, to
+ * x, out (B, Tq, C); opts as attn_mha_step (keep, bias and the variants apply
+ * to the self-attention, n_new to both). Equal, at every step, to
  * attn_decoder_forward over the whole prefix with a causal self-attention
  * (the rows of the new tokens). Returns the statuses of attn_mha_step and
  * ATTN_EINVAL (mem given without cross-attention or missing with it, rope in

@@ -237,6 +237,17 @@ typedef struct attn_sdpa_opts {
     attn_algo        algo;
     int64_t          block_q, block_k; /* 0 -> tuned defaults */
     int              threads;  /* 0 -> all cores */
+    /* attention variants (docs/numerics.md "Attention variants"); all-zero = off */
+    bool             window;   /* sliding window on */
+    int64_t          window_left, window_right; /* >= 0: key j visible iff
+                                  p - left <= j <= p + right */
+    double           softcap;  /* > 0: s := softcap * tanh(s / softcap) */
+    const attn_view *alibi;    /* (H) slopes m_h, q's dtype: s += -m_h * |p - j| */
+    const attn_view *sinks;    /* (H) sink logits, q's dtype */
+    attn_view       *dsinks;   /* backward only: (H), accumulates dL/dsink */
+    int64_t          n_seqs;   /* > 0: packed variable-length sequences (B == 1) */
+    const int64_t   *cu_seqlens_q, *cu_seqlens_k; /* (n_seqs + 1) offsets, 0 .. Tq and
+                                  0 .. Tk */
 } attn_sdpa_opts;
 
 /**
@@ -254,10 +265,23 @@ typedef struct attn_sdpa_opts {
  * omp_get_max_threads(), serial for small calls; 1 -> the calling thread
  * alone, its BLAS calls included).
  * A key is masked out when the causal rule, keep == 0, a -inf bias, or
- * j >= kv_len[b] says so. A row with no key left gives out = 0, weights 0
- * and lse = -1e30 (docs/numerics.md); never NaN from masking alone: a pair
- * with weight 0 contributes nothing, whatever its q, k, v or bias hold (NaN
- * included), in both algorithms and every block size.
+ * j >= kv_len[b] says so.
+ * Variants, for query row i and key j of one (batch, head), with p the
+ * query's aligned position (i + Tk - Tq under ATTN_CAUSAL_BOTTOM_RIGHT, else
+ * i): s = scale q.k, then softcap (s := softcap tanh(s / softcap)), then the
+ * ALiBi term -alibi[h] |p - j|, then bias; a sliding window hides keys
+ * outside p - window_left .. p + window_right (with causal, a key must pass
+ * both); sinks add e^{sinks[h]} to each row's softmax denominator (no
+ * output column; lse includes it; a row with no visible key gives out 0 and
+ * lse = sinks[h]). Packed sequences (n_seqs > 0, B == 1): query rows
+ * cu_seqlens_q[n] .. cu_seqlens_q[n+1] - 1 see only keys cu_seqlens_k[n] ..
+ * cu_seqlens_k[n+1] - 1, with i, j and p counted from their sequence's
+ * start (empty sequences allowed). A window costs O(Tq W) work: tiles
+ * outside the band, and between packed sequences, are skipped.
+ * A row with no key left gives out = 0, weights 0 and lse = -1e30 (or the
+ * sink; docs/numerics.md); never NaN from masking alone: a pair with weight
+ * 0 contributes nothing, whatever its q, k, v or bias hold (NaN included),
+ * in both algorithms and every block size.
  * Algorithms: MATERIALIZED computes whole score rows (block_q x Tk per
  * thread in the workspace) and is required for weights; TILED runs an
  * online softmax over block_k-wide key tiles (workspace independent of Tk;
@@ -271,11 +295,16 @@ typedef struct attn_sdpa_opts {
  * the thread count: query and call with the same opts and OMP_NUM_THREADS);
  * work == NULL && work_size == 0 allocates for this call.
  * Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out, bad enum, scale not finite,
- * negative block or threads, kv_len out of range), ATTN_EDTYPE (mixed
- * dtypes, keep not U8, bias/weights/lse not q's dtype), ATTN_ESHAPE (4-D
+ * negative block or threads, negative window sizes or sizes without window,
+ * softcap negative or not finite, n_seqs < 0, cu_seqlens missing or given
+ * without n_seqs, dsinks given to the forward), ATTN_EDTYPE (mixed dtypes,
+ * keep not U8, bias/weights/lse/alibi/sinks not q's dtype), ATTN_ESHAPE (4-D
  * shapes that disagree, H % Hkv != 0, masks that do not broadcast, weights
- * or lse of the wrong shape), ATTN_ESTRIDE (an output overlaps itself),
- * ATTN_EALIAS, ATTN_ERANGE (D, Dv or a materialized row beyond INT_MAX),
+ * or lse of the wrong shape, alibi or sinks not (H), n_seqs with B != 1),
+ * ATTN_ESTRIDE (an output overlaps itself), ATTN_EALIAS, ATTN_ERANGE
+ * (kv_len[b] outside [0, Tk], as every per-batch length; cu_seqlens not
+ * starting at 0, decreasing, or not ending at Tq / Tk; D, Dv or a
+ * materialized row beyond INT_MAX),
  * ATTN_EUNSUPPORTED (weights with ATTN_ALGO_TILED), ATTN_EWORKSPACE,
  * ATTN_ENOMEM. On error nothing is written. Since 0.1.
  */
@@ -296,14 +325,18 @@ ATTN_API size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k,
  * out (B, H, Tq, Dv) and lse (B, H, Tq) are the forward's outputs (lse is
  * required: run the forward with opts.lse set), dout has out's shape; dq, dk,
  * dv have q's, k's, v's shapes, any strides. opts must be the forward's
- * (masks, causal, kv_len, scale); its weights and lse fields are ignored and
- * algo/block sizes may differ. The TILED path recomputes P tile by tile and
+ * (masks, causal, kv_len, scale, the variants); its weights and lse fields
+ * are ignored and algo/block sizes may differ. With sinks, dsinks (H) (or
+ * NULL) accumulates dL/dsinks[h] = -sum_{b,i} e^{sinks[h] - lse_bhi}
+ * (dout_bhi . out_bhi); dsinks without sinks is ATTN_EINVAL. Softcap's
+ * derivative 1 - tanh^2 is applied to dS; windows and packed sequences skip
+ * the tiles outside them as in the forward. The TILED path recomputes P tile by tile and
  * never stores a Tq x Tk matrix; rows with no visible key contribute exactly
  * zero, as do pairs of weight 0 (NaN in their q, k, v, dout included). Exact
  * at any finite logit magnitude: a row whose saved lse is too large to
  * recompute P from (|lse| >= 64 f32, 1024 f64) gets one more pass of its
  * scores (docs/numerics.md "Backward at large logits").
- * Gradients must not overlap any input or each other.
+ * Gradients (dsinks included) must not overlap any input or each other.
  * Workspace: attn_sdpa_backward_workspace_size(q, k, v, opts) bytes (sized
  * for strided gradient views; independent of Tk for TILED); NULL/0
  * allocates. Returns ATTN_OK, ATTN_EINVAL (NULL q/k/v/out/lse/dout, bad

@@ -89,6 +89,20 @@ ATTN_API attn_status attn_rope_backward(attn_rope_style style, double base, int6
                                         attn_view *dx);
 
 /**
+ * ALiBi's standard slopes (Press et al., "Train Short, Test Long", 2022;
+ * BLOOM's and ggml's formula) for H heads, into slopes (H), F32 or F64:
+ * with n = 2^floor(log2 H), m0 = 2^(-max_bias / n), m1 = 2^(-max_bias / 2n),
+ *   slopes[h] = m0^(h + 1)              for h < n,
+ *   slopes[h] = m1^(2 (h - n) + 1)      for h >= n (H not a power of two).
+ * max_bias 0 means 8 (BLOOM, MPT; ggml's max_bias). H = 8 gives 1/2, 1/4, ...
+ * 1/256. Pass the view as attn_sdpa_opts.alibi. Computed in double.
+ * Returns ATTN_OK, ATTN_EINVAL (slopes NULL or malformed, max_bias negative or
+ * not finite), ATTN_EDTYPE, ATTN_ESHAPE (slopes not 1-D or empty),
+ * ATTN_ESTRIDE (slopes overlaps itself). Since 0.2.
+ */
+ATTN_API attn_status attn_alibi_slopes(attn_view *slopes, double max_bias);
+
+/**
  * Cut an image into P x P patch tokens (the ViT seed's patchify):
  *   image (H, W)             -> out (N, P*P),
  *   image (Ch, H, W)         -> out (N, Ch*P*P),

@@ -65,6 +65,15 @@ typedef struct attn_ring_opts {
                                 scaled masked scores over the global keys; or NULL */
     int threads;             /* threads of the local attn_sdpa calls; 0 -> all cores */
     attn_ring_stats *stats;  /* out, or NULL */
+    /* attention variants as in attn_sdpa_opts, positions global (a query's and a key's
+       position in the whole sequence); the same on every rank */
+    bool window;
+    int64_t window_left, window_right;
+    double softcap;
+    const attn_view *alibi;  /* (H), q's dtype */
+    const attn_view *sinks;  /* (H), q's dtype */
+    attn_view *dsinks;       /* backward only: (H), accumulates dL/dsinks summed over
+                                every rank's queries (the same on every rank) */
 } attn_ring_opts;
 
 /**
@@ -73,7 +82,10 @@ typedef struct attn_ring_opts {
  *   out = softmax(scale * Q K^T + mask) V   over the n global keys,
  * for its own queries, and gets exactly what attn_sdpa computes on one
  * process over the whole sequence (same causal rule, GQA, masked keys, the
- * same out 0 / finite lse for a row that sees no key).
+ * same out 0 / finite lse for a row that sees no key), with the variants of
+ * opts (window, softcap, ALiBi, sinks; docs/numerics.md) at global
+ * positions: key blocks wholly outside every local query's window are
+ * skipped like blocks in the causal future.
  *
  * Shapes on rank r: q_local (B, H, T_r, D), k_local (B, Hkv, T_r, D),
  * v_local (B, Hkv, T_r, Dv), out_local (B, H, T_r, Dv); H % Hkv == 0. B, H,
@@ -100,12 +112,14 @@ typedef struct attn_ring_opts {
  *
  * Every rank returns the same status (the ranks agree on it before
  * returning): ATTN_OK; ATTN_EINVAL (NULL argument, malformed view, bad enum,
- * non-finite scale, kv_len outside [0, T_r], threads < 0, or scale / causal
- * / layout differ across ranks); ATTN_EDTYPE (not F32/F64, mixed, or dtypes
- * differ across ranks); ATTN_ESHAPE (shapes inconsistent locally, H % Hkv,
- * or B, H, Hkv, D, Dv differ across ranks); ATTN_ESTRIDE (an output overlaps
- * itself); ATTN_EALIAS; ATTN_ERANGE (sizes overflow, or a K/V block of more
- * than INT_MAX elements: one MPI message); ATTN_EWORKSPACE; ATTN_ENOMEM;
+ * non-finite scale, threads < 0, bad variants as attn_sdpa's, dsinks given
+ * to the forward or without sinks, or scale / causal / layout / the variants
+ * differ across ranks); ATTN_EDTYPE (not F32/F64, mixed, or dtypes differ across ranks);
+ * ATTN_ESHAPE (shapes inconsistent locally, H % Hkv, or B, H, Hkv, D, Dv
+ * differ across ranks); ATTN_ESTRIDE (an output overlaps itself);
+ * ATTN_EALIAS; ATTN_ERANGE (kv_len outside [0, T_r], as every per-batch
+ * length; sizes overflow, or a K/V block of more than INT_MAX elements: one
+ * MPI message); ATTN_EWORKSPACE; ATTN_ENOMEM;
  * ATTN_EMPI (comm is MPI_COMM_NULL or an intercommunicator, MPI not
  * initialized or already finalized, or an MPI call failed on some rank).
  * When several ranks fail differently the largest status code wins.
@@ -141,7 +155,8 @@ ATTN_API size_t attn_ring_sdpa_workspace_size(MPI_Comm comm, const attn_view *q_
  * rank's outputs of the forward attn_ring_sdpa (run it with opts.lse set);
  * dout_local has out's shape; dq_local, dk_local, dv_local have q's, k's,
  * v's shapes, any strides. opts must be the forward's (scale, causal,
- * layout, kv_len); opts->lse is ignored.
+ * layout, kv_len, variants); opts->lse is ignored; opts->dsinks (with sinks)
+ * accumulates the sinks' gradient over the global sequence on every rank.
  *
  * Algorithm: the K/V blocks travel the ring as in the forward; each block's
  * dK/dV accumulator travels one step behind it, picking up every rank's

@@ -18,14 +18,16 @@ extern "C" {
  */
 typedef enum attn_status {
     ATTN_OK = 0,           /* success */
-    ATTN_EINVAL = 1,       /* invalid argument: NULL pointer, bad enum, bad config, kv_len
-                              out of range, a misaligned slab or workspace */
+    ATTN_EINVAL = 1,       /* invalid argument: NULL pointer, bad enum, bad config or
+                              option, a misaligned slab or workspace */
     ATTN_EDTYPE = 2,       /* unsupported or mixed element types */
     ATTN_ESHAPE = 3,       /* shapes do not match or do not broadcast */
     ATTN_ESTRIDE = 4,      /* a stride the operation cannot accept */
     ATTN_EALIAS = 5,       /* an output overlaps an input where not allowed, or a caller
                               workspace overlaps an argument */
-    ATTN_ERANGE = 6,       /* a size overflows int64/size_t or exceeds INT_MAX for BLAS */
+    ATTN_ERANGE = 6,       /* an index or length outside its range (a per-batch length
+                              such as kv_len, a slice), or a size that overflows
+                              int64/size_t or exceeds INT_MAX for BLAS */
     ATTN_EWORKSPACE = 7,   /* the workspace passed is too small */
     ATTN_ENOMEM = 8,       /* convenience allocation (work == NULL) failed */
     ATTN_ELAPACK = 9,      /* a LAPACKE routine reported info != 0 */

@@ -105,6 +105,73 @@ ATTN_HIDDEN attn_status attn__check_aliasing(const attn_view *const *outs, int n
 ATTN_HIDDEN bool attn__work_overlaps(const void *work, size_t bytes,
                                      const attn_view *const *views, int n);
 
+/* The shapes of an attention's q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, Dv). */
+typedef struct attn__qkv {
+    attn_dtype dt;
+    int64_t B, H, Hkv, Tq, Tk, D, Dv;
+} attn__qkv;
+/*
+ * q, k, v of every attention (sdpa, its backward, decode, ring): present
+ * (ATTN_EINVAL), well-formed, one float dtype (ATTN_EDTYPE), 4-D with the
+ * shapes above and H % Hkv == 0 (Hkv == 0 only with H == 0) (ATTN_ESHAPE).
+ */
+ATTN_HIDDEN attn_status attn__check_qkv(const attn_view *q, const attn_view *k,
+                                        const attn_view *v, attn__qkv *d);
+
+/* What one view argument must be: present if required, ndim dims of the given extents. */
+typedef struct attn__spec {
+    const attn_view *v;
+    bool required;
+    int ndim;
+    int64_t shape[ATTN_MAX_DIMS];
+} attn__spec;
+/*
+ * n views of one call, each against its spec and the call's dtype dt, in
+ * the documented order over all of them: a required view NULL (ATTN_EINVAL),
+ * malformed views, dtypes (ATTN_EDTYPE), shapes (ATTN_ESHAPE).
+ */
+ATTN_HIDDEN attn_status attn__check_views(attn_dtype dt, const attn__spec *s, int n);
+/* Outputs: attn__check_views, then attn__check_aliasing against each other and ins. */
+ATTN_HIDDEN attn_status attn__check_outputs(attn_dtype dt, const attn__spec *outs, int nout,
+                                            const attn_view *const *ins, int nin);
+
+/*
+ * A mask (keep: U8; bias: the call's dtype) m, well-formed, of dtype dt
+ * (ATTN_EDTYPE), broadcastable to ndim dims of the given shape (ATTN_ESHAPE):
+ * *out is m broadcast there.
+ */
+ATTN_HIDDEN attn_status attn__check_mask(const attn_view *m, attn_dtype dt, int ndim,
+                                         const int64_t *shape, attn_view *out);
+
+/*
+ * Per-batch lengths (attn_sdpa's kv_len, a KV cache's len, the decode
+ * kernel's len, a step's n_new, a memory's lengths): len NULL is fine, else
+ * every len[b], b < n, in [0, hi]; ATTN_ERANGE otherwise (docs/reliability.md).
+ */
+ATTN_HIDDEN attn_status attn__check_lengths(const int64_t *len, int64_t n, int64_t hi);
+/*
+ * The attention variants every attention entry point takes (attn_sdpa_opts,
+ * attn_decode_opts, attn_step_opts): window sizes >= 0, and 0 unless the
+ * window is on, softcap finite and >= 0 (ATTN_EINVAL); alibi and sinks NULL
+ * or (H) of dtype dt (ATTN_EDTYPE, ATTN_ESHAPE).
+ */
+ATTN_HIDDEN attn_status attn__check_variants(attn_dtype dt, int64_t H, bool window, int64_t wl,
+                                             int64_t wr, double softcap, const attn_view *alibi,
+                                             const attn_view *sinks);
+/*
+ * Offsets of n packed sequences cu[0..n] (non-NULL): cu[0] == 0, non-decreasing,
+ * cu[n] == total; ATTN_ERANGE otherwise, as a length out of range.
+ */
+ATTN_HIDDEN attn_status attn__check_offsets(const int64_t *cu, int64_t n, int64_t total);
+
+/*
+ * The workspace of a call needing `need` bytes: attn__work_acquire, then
+ * (when the caller passed it) no overlap with the n argument views
+ * (ATTN_EALIAS). *owned, when set, is freed by the caller after the run.
+ */
+ATTN_HIDDEN attn_status attn__work_take(void **work, size_t *size, size_t need,
+                                        const attn_view *const *args, int n, void **owned);
+
 /*
  * ---- The trusted inside: run functions take validated arguments ----------
  * Debug builds assert their preconditions; release builds trust the caller.

@@ -13,7 +13,7 @@ static const struct {
     [ATTN_ESHAPE] = {"ATTN_ESHAPE", "shape mismatch"},
     [ATTN_ESTRIDE] = {"ATTN_ESTRIDE", "unsupported stride"},
     [ATTN_EALIAS] = {"ATTN_EALIAS", "output overlaps an input"},
-    [ATTN_ERANGE] = {"ATTN_ERANGE", "size out of range"},
+    [ATTN_ERANGE] = {"ATTN_ERANGE", "length or size out of range"},
     [ATTN_EWORKSPACE] = {"ATTN_EWORKSPACE", "workspace too small"},
     [ATTN_ENOMEM] = {"ATTN_ENOMEM", "out of memory"},
     [ATTN_ELAPACK] = {"ATTN_ELAPACK", "LAPACK routine failed"},

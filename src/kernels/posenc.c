@@ -184,6 +184,33 @@ attn_status attn_rope_backward(attn_rope_style style, double base, int64_t offse
 
 /* ---- patchify --------------------------------------------------------------------- */
 
+attn_status attn_alibi_slopes(attn_view *slopes, double max_bias) {
+    if (!slopes)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn__check_float(slopes, 1));
+    if (!(max_bias >= 0) || !isfinite(max_bias))
+        return ATTN_EINVAL;
+    int64_t H = slopes->shape[0];
+    if (H < 1)
+        return ATTN_ESHAPE;
+    if (attn__self_overlaps(slopes))
+        return ATTN_ESTRIDE;
+    double mb = max_bias > 0 ? max_bias : 8.0;
+    int64_t n = 1;
+    while (n <= H / 2)
+        n *= 2; /* 2^floor(log2 H) */
+    double m0 = pow(2.0, -mb / (double)n), m1 = pow(2.0, -mb / 2.0 / (double)n);
+    for (int64_t h = 0; h < H; ++h) {
+        double m = h < n ? pow(m0, (double)(h + 1)) : pow(m1, (double)(2 * (h - n) + 1));
+        void *e = attn__elem(slopes, &h);
+        if (slopes->dtype == ATTN_F32)
+            *(float *)e = (float)m;
+        else
+            *(double *)e = m;
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_patchify(int64_t p, const attn_view *image, attn_view *out) {
     ATTN_TRY(k_check_float(image, 0));
     ATTN_TRY(k_check_float(out, image->dtype));

@@ -21,14 +21,6 @@
 
 /* ---- the plan shared with the backward ---------------------------------- */
 
-static attn_status plan_mask(const attn_view *m, attn_dtype want, const int64_t *shape,
-                             attn_view *out) {
-    ATTN_TRY(attn_view_check(m));
-    if (m->dtype != want)
-        return ATTN_EDTYPE;
-    return attn_view_broadcast(m, 4, shape, out);
-}
-
 /*
  * The per-core L2 size in bytes, read once (sysconf; 1 MiB when the system does not
  * say or says something implausible). A relaxed atomic: every thread that reads it
@@ -72,51 +64,76 @@ void attn__sdpa_tiles(size_t l2, size_t es, int64_t D, int64_t Dv, int64_t *bq, 
     *bk = k;
 }
 
+/*
+ * The variant options against the plan's shapes (docs/numerics.md "Attention
+ * variants"): window sizes, softcap, alibi and sinks (H), packed sequences.
+ */
+static attn_status plan_variants(const attn_sdpa_opts *o, attn__sdpa_plan *t) {
+    if (!o->window && !o->window_left && !o->window_right && o->softcap == 0 && !o->alibi &&
+        !o->sinks && !o->dsinks && !o->n_seqs && !o->cu_seqlens_q && !o->cu_seqlens_k)
+        return ATTN_OK; /* none (the plan's fields are zero) */
+    bool packed = o->n_seqs > 0;
+    if (o->n_seqs < 0 || o->dsinks ||
+        (packed ? !o->cu_seqlens_q || !o->cu_seqlens_k : o->cu_seqlens_q || o->cu_seqlens_k))
+        return ATTN_EINVAL;
+    ATTN_TRY(attn__check_variants(t->dt, t->H, o->window, o->window_left, o->window_right,
+                                  o->softcap, o->alibi, o->sinks));
+    if (packed && t->B != 1)
+        return ATTN_ESHAPE;
+    if (packed) {
+        ATTN_TRY(attn__check_offsets(o->cu_seqlens_q, o->n_seqs, t->Tq));
+        ATTN_TRY(attn__check_offsets(o->cu_seqlens_k, o->n_seqs, t->Tk));
+    }
+    t->window = o->window;
+    t->wl = o->window_left;
+    t->wr = o->window_right;
+    t->softcap = o->softcap;
+    t->has_alibi = o->alibi != NULL;
+    t->has_sinks = o->sinks != NULL;
+    if (o->alibi)
+        t->alibi = *o->alibi;
+    if (o->sinks)
+        t->sinks = *o->sinks;
+    t->n_seqs = o->n_seqs;
+    t->cu_q = o->cu_seqlens_q;
+    t->cu_k = o->cu_seqlens_k;
+    t->variant = t->window || t->softcap > 0 || t->has_alibi || t->has_sinks || packed;
+    return ATTN_OK;
+}
+
 attn_status attn__sdpa_plan_init(const attn_view *q, const attn_view *k, const attn_view *v,
                                  const attn_sdpa_opts *opts, bool want_weights,
                                  attn__sdpa_plan *p) {
     static const attn_sdpa_opts defaults = {0};
-    if (!q || !k || !v)
-        return ATTN_EINVAL;
     if (!opts)
         opts = &defaults;
-    ATTN_TRY(attn__check_float(q, 4));
-    ATTN_TRY(attn__check_float(k, 4));
-    ATTN_TRY(attn__check_float(v, 4));
-    if (k->dtype != q->dtype || v->dtype != q->dtype)
-        return ATTN_EDTYPE;
+    attn__qkv d;
+    ATTN_TRY(attn__check_qkv(q, k, v, &d));
     if ((unsigned)opts->causal > ATTN_CAUSAL_BOTTOM_RIGHT ||
         (unsigned)opts->algo > ATTN_ALGO_TILED || opts->block_q < 0 || opts->block_k < 0 ||
         opts->threads < 0 || !isfinite(opts->scale))
         return ATTN_EINVAL;
-    attn__sdpa_plan t = {.dt = q->dtype};
-    t.B = q->shape[0];
-    t.H = q->shape[1];
-    t.Tq = q->shape[2];
-    t.D = q->shape[3];
-    t.Hkv = k->shape[1];
-    t.Tk = k->shape[2];
-    t.Dv = v->shape[3];
-    if (k->shape[0] != t.B || v->shape[0] != t.B || v->shape[1] != t.Hkv ||
-        k->shape[3] != t.D || v->shape[2] != t.Tk)
-        return ATTN_ESHAPE;
-    if (t.Hkv == 0 ? t.H != 0 : t.H % t.Hkv != 0)
-        return ATTN_ESHAPE;
+    attn__sdpa_plan t = {.dt = d.dt,
+                         .B = d.B,
+                         .H = d.H,
+                         .Hkv = d.Hkv,
+                         .Tq = d.Tq,
+                         .Tk = d.Tk,
+                         .D = d.D,
+                         .Dv = d.Dv};
     t.group = t.Hkv > 0 ? t.H / t.Hkv : 1;
     int64_t mshape[4] = {t.B, t.H, t.Tq, t.Tk};
     if (opts->keep) {
-        ATTN_TRY(plan_mask(opts->keep, ATTN_U8, mshape, &t.keep));
+        ATTN_TRY(attn__check_mask(opts->keep, ATTN_U8, 4, mshape, &t.keep));
         t.has_keep = true;
     }
     if (opts->bias) {
-        ATTN_TRY(plan_mask(opts->bias, q->dtype, mshape, &t.bias));
+        ATTN_TRY(attn__check_mask(opts->bias, t.dt, 4, mshape, &t.bias));
         t.has_bias = true;
     }
-    if (opts->kv_len)
-        for (int64_t b = 0; b < t.B; ++b)
-            if (opts->kv_len[b] < 0 || opts->kv_len[b] > t.Tk)
-                return ATTN_EINVAL;
+    ATTN_TRY(attn__check_lengths(opts->kv_len, t.B, t.Tk));
     t.kv_len = opts->kv_len;
+    ATTN_TRY(plan_variants(opts, &t));
     if (t.D > INT_MAX || t.Dv > INT_MAX)
         return ATTN_ERANGE;
     if (want_weights && opts->algo == ATTN_ALGO_TILED)
@@ -218,7 +235,7 @@ void attn__sdpa_scores_gemm(const attn__sdpa_plan *p, const attn_view *q, const 
 
 void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
                          int64_t lim, void *row) {
-    if (!p->has_bias && !p->has_keep)
+    if (!p->has_bias && !p->has_keep && !p->variant)
         return;
     if (p->dt == ATTN_F32)
         mask_row_f32(p, b, h, i, j0, lim, row);
@@ -238,28 +255,11 @@ void attn__sdpa_scores(const attn__sdpa_plan *p, const attn_view *q, const attn_
 
 /* ---- the forward --------------------------------------------------------- */
 
-attn_status attn__sdpa_check_outputs(const attn__sdpa_plan *p, const attn_view *out,
-                                     const attn_view *w, const attn_view *lse) {
-    if (!out)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn__check_float(out, 4));
-    if (w)
-        ATTN_TRY(attn__check_float(w, 4));
-    if (lse)
-        ATTN_TRY(attn__check_float(lse, 3));
-    if (out->dtype != p->dt || (w && w->dtype != p->dt) || (lse && lse->dtype != p->dt))
-        return ATTN_EDTYPE;
-    int64_t os[4] = {p->B, p->H, p->Tq, p->Dv}, ws[4] = {p->B, p->H, p->Tq, p->Tk};
-    for (int d = 0; d < 4; ++d)
-        if (out->shape[d] != os[d] || (w && w->shape[d] != ws[d]) ||
-            (lse && d < 3 && lse->shape[d] != ws[d]))
-            return ATTN_ESHAPE;
-    return ATTN_OK;
-}
-
-attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
-                                      const attn_view *const *ins, int nin) {
-    return attn__check_aliasing(outs, nout, ins, nin);
+void attn__sdpa_out_specs(const attn__sdpa_plan *p, const attn_view *out, const attn_view *w,
+                          const attn_view *lse, attn__spec s[3]) {
+    s[0] = (attn__spec){out, true, 4, {p->B, p->H, p->Tq, p->Dv}};
+    s[1] = (attn__spec){w, false, 4, {p->B, p->H, p->Tq, p->Tk}};
+    s[2] = (attn__spec){lse, false, 3, {p->B, p->H, p->Tq}};
 }
 
 /*
@@ -392,7 +392,11 @@ static void sdpa_run(const attn__sdpa_plan *p, const attn_view *q, const attn_vi
     size_t total;
     attn_status st = fwd_layout(&c, &ntasks, &nt, &total);
     ATTN_ASSERT(st == ATTN_OK && total <= work_size && (!weights || !p->tiled));
-    ATTN_ASSERT(attn__sdpa_check_outputs(p, out, weights, lse) == ATTN_OK);
+#ifndef NDEBUG
+    attn__spec os[3];
+    attn__sdpa_out_specs(p, out, weights, lse, os);
+    ATTN_ASSERT(attn__check_views(p->dt, os, 3) == ATTN_OK);
+#endif
     (void)st;
     (void)work_size;
     /* nothing to write (Dv == 0, no lse, no weights): no loop over B*H*Tq rows (fuzz_sdpa) */
@@ -429,10 +433,10 @@ static attn_status sdpa_check(const attn_view *q, const attn_view *k, const attn
                               attn__sdpa_plan *p) {
     attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
     ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, w != NULL, p));
-    ATTN_TRY(attn__sdpa_check_outputs(p, out, w, lse));
-    const attn_view *outs[3] = {out, w, lse};
+    attn__spec os[3];
+    attn__sdpa_out_specs(p, out, w, lse, os);
     const attn_view *ins[5] = {q, k, v, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    return attn__check_aliasing(outs, 3, ins, 5);
+    return attn__check_outputs(p->dt, os, 3, ins, 5);
 }
 
 size_t attn_sdpa_workspace_size(const attn_view *q, const attn_view *k, const attn_view *v,
@@ -453,12 +457,10 @@ attn_status attn_sdpa(const attn_view *q, const attn_view *k, const attn_view *v
     ATTN_TRY(sdpa_check(q, k, v, opts, out, &p));
     ATTN_TRY(attn__sdpa_need(&p, q, k, v, &need));
     void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
     attn_view *w = opts ? opts->weights : NULL, *lse = opts ? opts->lse : NULL;
     const attn_view *all[8] = {
         q, k, v, out, w, lse, opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    if (!owned && attn__work_overlaps(work, need, all, 8))
-        return ATTN_EALIAS;
+    ATTN_TRY(attn__work_take(&work, &work_size, need, all, 8, &owned));
     attn__sdpa_run(&p, q, k, v, out, w, lse, work, work_size);
     free(owned);
     return ATTN_OK;

@@ -18,7 +18,7 @@ typedef struct bwd_ctx {
     const attn_view       *q, *k, *v, *out, *lse, *dout;
     attn_view             *dq, *dk, *dv;
     unsigned               want; /* which gradients were given */
-    size_t                 off_p, off_ds, off_gw, off_kap, gws, per_thread;
+    size_t off_p, off_ds, off_g, off_gw, off_kap, gws, per_thread;
     attn__rows_f64         kappa; /* given corrections (base NULL: computed per block) */
     attn__rows_f64         sums;  /* attn__sdpa_lse_sums: where the row sums go */
 } bwd_ctx;
@@ -48,18 +48,6 @@ static void tile(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t j0,
 }
 
 /* An optional gradient view: same dtype and shape as its input. */
-static attn_status check_grad(const attn_view *g, const attn_view *like) {
-    if (!g)
-        return ATTN_OK;
-    ATTN_TRY(attn__check_float(g, 4));
-    if (g->dtype != like->dtype)
-        return ATTN_EDTYPE;
-    for (int d = 0; d < 4; ++d)
-        if (g->shape[d] != like->shape[d])
-            return ATTN_ESHAPE;
-    return ATTN_OK;
-}
-
 /* The per-thread scratch, from the plan and q, k, v alone (the query knows no more). */
 static attn_status layout(bwd_ctx *c) {
     const attn__sdpa_plan *p = c->p;
@@ -95,7 +83,8 @@ static attn_status layout(bwd_ctx *c) {
     }
     c->off_p = 0;
     c->off_ds = attn__align64(tilesz);
-    c->off_gw = c->off_ds + attn__align64(tilesz);
+    c->off_g = c->off_ds + attn__align64(tilesz); /* softcap: its derivative per score */
+    c->off_gw = c->off_g + (p->softcap > 0 ? attn__align64(tilesz) : 0);
     /* the lse corrections of one query block: a tag, bq doubles, bq flags */
     size_t kap = sizeof(bwd_kap) + (size_t)p->bq * (sizeof(double) + 1);
     if (!attn__add_sz(c->off_gw, attn__align64(c->gws), &c->off_kap) ||
@@ -110,25 +99,36 @@ attn_status attn__sdpa_backward_check(const attn__sdpa_plan *p, const attn_view 
                                       const attn_view *lse, const attn_view *dout,
                                       const attn_view *dq, const attn_view *dk,
                                       const attn_view *dv) {
-    if (!out || !lse || !dout)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn__check_float(out, 4));
-    ATTN_TRY(attn__check_float(dout, 4));
-    ATTN_TRY(attn__check_float(lse, 3));
-    if (out->dtype != p->dt || dout->dtype != p->dt || lse->dtype != p->dt)
-        return ATTN_EDTYPE;
     int64_t os[4] = {p->B, p->H, p->Tq, p->Dv};
-    for (int d = 0; d < 4; ++d)
-        if (out->shape[d] != os[d] || dout->shape[d] != os[d] ||
-            (d < 3 && lse->shape[d] != os[d]))
-            return ATTN_ESHAPE;
-    ATTN_TRY(check_grad(dq, q));
-    ATTN_TRY(check_grad(dk, k));
-    ATTN_TRY(check_grad(dv, v));
-    const attn_view *grads[3] = {dq, dk, dv};
-    const attn_view *ins[8] = {q, k, v, out, lse, dout, opts ? opts->keep : NULL,
-                               opts ? opts->bias : NULL};
-    return attn__check_aliasing(grads, 3, ins, 8);
+    const attn__spec saved[3] = {
+        {out, true, 4, {os[0], os[1], os[2], os[3]}},
+        {lse, true, 3, {os[0], os[1], os[2]}},
+        {dout, true, 4, {os[0], os[1], os[2], os[3]}},
+    };
+    ATTN_TRY(attn__check_views(p->dt, saved, 3));
+    /* the gradients: optional, shaped as q, k, v, and dsinks (H) with sinks */
+    const attn_view *dsinks = opts ? opts->dsinks : NULL;
+    if (dsinks && !p->has_sinks)
+        return ATTN_EINVAL;
+    attn__spec grads[4] = {{dq, false, 4, {0}},
+                           {dk, false, 4, {0}},
+                           {dv, false, 4, {0}},
+                           {dsinks, false, 1, {p->H}}};
+    const attn_view *like[3] = {q, k, v};
+    for (int i = 0; i < 3; ++i)
+        for (int d = 0; d < 4; ++d)
+            grads[i].shape[d] = like[i]->shape[d];
+    const attn_view *ins[10] = {q,
+                                k,
+                                v,
+                                out,
+                                lse,
+                                dout,
+                                opts ? opts->keep : NULL,
+                                opts ? opts->bias : NULL,
+                                opts ? opts->alibi : NULL,
+                                opts ? opts->sinks : NULL};
+    return attn__check_outputs(p->dt, grads, 4, ins, 10);
 }
 /*
  * Who writes what (docs/design.md "sdpa"): dK/dV of a key/value head gather
@@ -289,11 +289,45 @@ void attn__sdpa_lse_sums(const attn__sdpa_plan *p, const attn_view *q, const att
             }
 }
 
+/*
+ * dsinks[h] += -sum_{b, i} e^{sink_h - lse_bhi} (dout_bhi . out_bhi): the sink takes
+ * weight e^{sink - lse} from every row, and d lse / d sink is that weight, so
+ * dL/dsink = sum_i sum_j dP_ij dP_ij/dsink = -sum_i P_sink,i delta_i (in double).
+ */
+static void dsinks_run(const attn__sdpa_plan *p, const attn_view *out, const attn_view *lse,
+                       const attn_view *dout, attn_view *dsinks) {
+    size_t es = attn_dtype_size(p->dt);
+    for (int64_t h = 0; h < p->H; ++h) {
+        double sink = attn__sdpa_sink(p, h), acc = 0;
+        for (int64_t b = 0; b < p->B; ++b)
+            for (int64_t i = 0; i < p->Tq; ++i) {
+                double delta = 0, L;
+                for (int64_t d = 0; d < p->Dv; ++d) {
+                    const void *o = attn__at4(out, b, h, i, d),
+                               *g = attn__at4(dout, b, h, i, d);
+                    delta += p->dt == ATTN_F32
+                                 ? (double)*(const float *)o * (double)*(const float *)g
+                                 : *(const double *)o * *(const double *)g;
+                }
+                const void *l = attn__at3(lse, b, h, i);
+                L = p->dt == ATTN_F32 ? (double)*(const float *)l : *(const double *)l;
+                acc -= exp(sink - L) * delta;
+            }
+        char *at = (char *)dsinks->data + h * dsinks->stride[0] * (int64_t)es;
+        if (p->dt == ATTN_F32)
+            *(float *)at = (float)((double)*(float *)at + acc);
+        else
+            *(double *)at += acc;
+    }
+}
+
 size_t attn_sdpa_backward_workspace_size(const attn_view *q, const attn_view *k,
                                          const attn_view *v, const attn_sdpa_opts *opts) {
     attn__sdpa_plan p;
     size_t need;
-    if (attn__sdpa_plan_init(q, k, v, opts, false, &p) != ATTN_OK ||
+    attn_sdpa_opts o = opts ? *opts : (attn_sdpa_opts){0};
+    o.dsinks = NULL; /* the forward's options refuse dsinks */
+    if (attn__sdpa_plan_init(q, k, v, &o, false, &p) != ATTN_OK ||
         attn__sdpa_backward_need(&p, q, k, v, &need) != ATTN_OK)
         return 0;
     return need;
@@ -305,16 +339,31 @@ attn_status attn_sdpa_backward(const attn_view *q, const attn_view *k, const att
                                attn_view *dk, attn_view *dv, void *work, size_t work_size) {
     attn__sdpa_plan p;
     size_t need;
-    ATTN_TRY(attn__sdpa_plan_init(q, k, v, opts, false, &p));
+    attn_sdpa_opts o = opts ? *opts : (attn_sdpa_opts){0};
+    o.dsinks = NULL; /* the forward's options refuse dsinks */
+    ATTN_TRY(attn__sdpa_plan_init(q, k, v, &o, false, &p));
     ATTN_TRY(attn__sdpa_backward_check(&p, q, k, v, opts, out, lse, dout, dq, dk, dv));
     ATTN_TRY(attn__sdpa_backward_need(&p, q, k, v, &need));
     void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, need, &owned));
-    const attn_view *all[11] = {q, k, v, out, lse, dout, dq, dk, dv,
-                                opts ? opts->keep : NULL, opts ? opts->bias : NULL};
-    if (!owned && attn__work_overlaps(work, need, all, 11))
-        return ATTN_EALIAS;
+    attn_view *dsinks = opts ? opts->dsinks : NULL;
+    const attn_view *all[14] = {q,
+                                k,
+                                v,
+                                out,
+                                lse,
+                                dout,
+                                dq,
+                                dk,
+                                dv,
+                                dsinks,
+                                opts ? opts->keep : NULL,
+                                opts ? opts->bias : NULL,
+                                opts ? opts->alibi : NULL,
+                                opts ? opts->sinks : NULL};
+    ATTN_TRY(attn__work_take(&work, &work_size, need, all, 14, &owned));
     attn__sdpa_backward_run(&p, q, k, v, out, lse, dout, dq, dk, dv, work, work_size);
+    if (dsinks)
+        dsinks_run(&p, out, lse, dout, dsinks);
     free(owned);
     return ATTN_OK;
 }

@@ -43,7 +43,7 @@ static void splits_of(const attn__decode_plan *p, int64_t L, int64_t *ns, int64_
 #include "tmpl/dtype_off.h"
 /* clang-format on */
 
-attn_status attn__decode_layout(attn__decode_plan *p, int requested_threads) {
+static attn_status decode_layout(attn__decode_plan *p, int requested_threads) {
     size_t es = attn_dtype_size(p->dt), R = (size_t)(p->G * p->Tq), D = (size_t)p->D;
     p->threads = attn__threads(requested_threads, INT64_MAX, 1e300); /* the most a run uses */
     int64_t bh;
@@ -130,79 +130,102 @@ attn_status attn__decode_run(const attn__decode_plan *p, const attn_view *q, con
     return ATTN_OK;
 }
 
-/* ---- the public kernel ------------------------------------------------------ */
-
-static attn_status decode_prepare(const attn_view *q, const attn_view *k, const attn_view *v,
-                                  const attn_step_opts *o, attn__decode_plan *p) {
-    static const attn_step_opts defaults;
-    if (!o)
-        o = &defaults;
-    if (!q || !k || !v)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn__check_float(q, 4));
-    ATTN_TRY(attn__check_float(k, 4));
-    ATTN_TRY(attn__check_float(v, 4));
-    if (k->dtype != q->dtype || v->dtype != q->dtype)
-        return ATTN_EDTYPE;
-    if (o->keep || o->bias || o->n_new || o->rope.on || !isfinite(o->scale) || o->threads < 0 ||
-        o->split < 0)
-        return ATTN_EINVAL;
-    attn__decode_plan t = {.dt = q->dtype,
-                           .B = q->shape[0],
-                           .H = q->shape[1],
-                           .Tq = q->shape[2],
-                           .D = q->shape[3],
-                           .Hkv = k->shape[1],
-                           .Tmax = k->shape[2],
-                           .split = o->split};
-    for (int d = 0; d < 4; ++d)
-        if (k->shape[d] != v->shape[d])
-            return ATTN_ESHAPE;
-    if (k->shape[0] != t.B || k->shape[3] != t.D || t.Hkv < 1 || t.H % t.Hkv != 0 || t.Tq < 1)
-        return ATTN_ESHAPE;
-    if (t.D > INT_MAX)
-        return ATTN_ERANGE;
-    t.G = t.H / t.Hkv;
-    t.scale = o->scale != 0 ? o->scale : t.D > 0 ? 1.0 / sqrt((double)t.D) : 1.0;
-    ATTN_TRY(attn__decode_layout(&t, o->threads));
+attn_status attn__decode_plan_init(attn__decode_plan *p, const attn__qkv *d, double scale,
+                                   bool causal, const attn_view *keep, const attn_view *bias,
+                                   const attn__decode_variants *var, int64_t split,
+                                   int threads) {
+    attn__decode_plan t = {.dt = d->dt,
+                           .B = d->B,
+                           .H = d->H,
+                           .Hkv = d->Hkv,
+                           .G = d->H / d->Hkv,
+                           .Tq = d->Tq,
+                           .D = d->D,
+                           .Tmax = d->Tk,
+                           .causal = causal,
+                           .split = split};
+    t.scale = scale != 0 ? scale : t.D > 0 ? 1.0 / sqrt((double)t.D) : 1.0;
+    if (keep) {
+        t.keep = *keep;
+        t.has_keep = true;
+    }
+    if (bias) {
+        t.bias = *bias;
+        t.has_bias = true;
+    }
+    if (var) {
+        t.window = var->window;
+        t.wl = var->wl;
+        t.wr = var->wr;
+        t.softcap = var->softcap;
+        t.has_alibi = var->alibi != NULL;
+        t.has_sinks = var->sinks != NULL;
+        if (var->alibi)
+            t.alibi = *var->alibi;
+        if (var->sinks)
+            t.sinks = *var->sinks;
+    }
+    ATTN_TRY(decode_layout(&t, threads));
     *p = t;
     return ATTN_OK;
 }
 
+/* ---- the public kernel ------------------------------------------------------ */
+
+static attn_status decode_prepare(const attn_view *q, const attn_view *k, const attn_view *v,
+                                  const attn_decode_opts *o, attn__decode_plan *p) {
+    static const attn_decode_opts defaults;
+    if (!o)
+        o = &defaults;
+    attn__qkv d;
+    ATTN_TRY(attn__check_qkv(q, k, v, &d));
+    /* the kernel's own limits: one head width, at least one kv head and one query */
+    if (d.Dv != d.D || d.Hkv < 1 || d.Tq < 1)
+        return ATTN_ESHAPE;
+    if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
+        return ATTN_EINVAL;
+    ATTN_TRY(attn__check_variants(d.dt, d.H, o->window, o->window_left, o->window_right,
+                                  o->softcap, o->alibi, o->sinks));
+    int64_t full[4] = {d.B, d.H, d.Tq, d.Tk};
+    attn_view keep, bias;
+    if (o->keep)
+        ATTN_TRY(attn__check_mask(o->keep, ATTN_U8, 4, full, &keep));
+    if (o->bias)
+        ATTN_TRY(attn__check_mask(o->bias, d.dt, 4, full, &bias));
+    if (d.D > INT_MAX)
+        return ATTN_ERANGE;
+    attn__decode_variants var = {o->window,  o->window_left, o->window_right,
+                                 o->softcap, o->alibi,       o->sinks};
+    return attn__decode_plan_init(p, &d, o->scale, false, o->keep ? &keep : NULL,
+                                  o->bias ? &bias : NULL, &var, o->split, o->threads);
+}
+
 size_t attn_sdpa_decode_workspace_size(const attn_view *q, const attn_view *k,
-                                       const attn_view *v, const attn_step_opts *opts) {
+                                       const attn_view *v, const attn_decode_opts *opts) {
     attn__decode_plan p;
     return decode_prepare(q, k, v, opts, &p) == ATTN_OK ? p.total : 0;
 }
 
 attn_status attn_sdpa_decode(const attn_view *q, const attn_view *k, const attn_view *v,
-                             const int64_t *len, bool causal, const attn_step_opts *opts,
+                             const int64_t *len, bool causal, const attn_decode_opts *opts,
                              attn_view *out, attn_view *lse, void *work, size_t work_size) {
     attn__decode_plan p;
     ATTN_TRY(decode_prepare(q, k, v, opts, &p));
-    if (!len || !out)
+    if (!len)
         return ATTN_EINVAL;
-    for (int64_t b = 0; b < p.B; ++b)
-        if (len[b] < 0 || len[b] > p.Tmax)
-            return ATTN_ERANGE;
-    ATTN_TRY(attn__check_float(out, 4));
-    if (lse)
-        ATTN_TRY(attn__check_float(lse, 3));
-    if (out->dtype != p.dt || (lse && lse->dtype != p.dt))
-        return ATTN_EDTYPE;
-    for (int d = 0; d < 4; ++d)
-        if (out->shape[d] != q->shape[d] || (lse && d < 3 && lse->shape[d] != q->shape[d]))
-            return ATTN_ESHAPE;
+    ATTN_TRY(attn__check_lengths(len, p.B, p.Tmax));
     /* len is read while out is written: its bytes are an input like q, k and v */
     attn_view lenv;
     attn_view_init(&lenv, ATTN_U8, (void *)len, 1, (int64_t[]){p.B * (int64_t)sizeof *len});
-    const attn_view *outs[2] = {out, lse}, *ins[4] = {q, k, v, &lenv};
-    ATTN_TRY(attn__sdpa_check_aliasing(outs, 2, ins, 4));
+    const attn__spec outs[2] = {{out, true, 4, {p.B, p.H, p.Tq, p.D}},
+                                {lse, false, 3, {p.B, p.H, p.Tq}}};
+    const attn_view *keep = opts ? opts->keep : NULL, *bias = opts ? opts->bias : NULL;
+    const attn_view *alibi = opts ? opts->alibi : NULL, *sinks = opts ? opts->sinks : NULL;
+    const attn_view *ins[8] = {q, k, v, &lenv, keep, bias, alibi, sinks};
+    ATTN_TRY(attn__check_outputs(p.dt, outs, 2, ins, 8));
     void *owned = NULL;
-    ATTN_TRY(attn__work_acquire(&work, &work_size, p.total, &owned));
-    const attn_view *all[6] = {q, k, v, &lenv, out, lse};
-    if (!owned && attn__work_overlaps(work, p.total, all, lse ? 6 : 5))
-        return ATTN_EALIAS;
+    const attn_view *all[10] = {q, k, v, &lenv, keep, bias, alibi, sinks, out, lse};
+    ATTN_TRY(attn__work_take(&work, &work_size, p.total, all, 10, &owned));
     /* the queries are the last Tq tokens of each batch's len: row i at len - Tq + i */
     int64_t *qp = (int64_t *)((char *)work + p.off_pos);
     for (int64_t b = 0; b < p.B; ++b)

@@ -38,6 +38,17 @@ static inline void *attn__at3(const attn_view *v, int64_t i0, int64_t i1, int64_
     return (void *)((uintptr_t)v->data + (uintptr_t)(off * (int64_t)attn_dtype_size(v->dtype)));
 }
 
+/*
+ * The transforms of one query row's scores before its masks (tmpl/mask.h):
+ * softcap (> 0: s := softcap tanh(s / softcap)), then the ALiBi term
+ * -slope |dist0 - c| for the row's c-th score (slope 0: none; dist0 = the
+ * query's aligned position minus the first score's key position).
+ */
+typedef struct attn__score_xf {
+    double softcap, slope;
+    int64_t dist0;
+} attn__score_xf;
+
 /* Validated arguments of one attention call, shared by forward and backward. */
 typedef struct attn__sdpa_plan {
     attn_dtype dt;
@@ -49,6 +60,14 @@ typedef struct attn__sdpa_plan {
     bool       has_keep, has_bias;
     attn_view  keep, bias;   /* broadcast to (B, H, Tq, Tk) */
     const int64_t *kv_len;
+    bool       window;       /* sliding window: p - wl <= j <= p + wr */
+    int64_t    wl, wr;
+    double     softcap;      /* > 0: s := softcap tanh(s / softcap) */
+    bool       has_alibi, has_sinks;
+    attn_view  alibi, sinks; /* (H) each */
+    int64_t    n_seqs;       /* > 0: packed sequences at offsets cu_q, cu_k */
+    const int64_t *cu_q, *cu_k;
+    bool       variant;      /* any of window, softcap, alibi, sinks, n_seqs */
     bool       tiled;        /* the algorithm actually run */
     int64_t    bq, bk;       /* query rows per task, keys per tile */
     int        threads;      /* opts->threads as requested */
@@ -65,12 +84,114 @@ ATTN_FOR_MPI attn_status attn__sdpa_plan_init(const attn_view *q, const attn_vie
                                              const attn_view *v, const attn_sdpa_opts *opts,
                                              bool want_weights, attn__sdpa_plan *p);
 
-/* Keys [0, limit) may be visible to query row i of batch b (causal and kv_len). */
+/*
+ * What query row i of batch b may see before keep and bias: keys [lo, hi)
+ * (causal, window, kv_len, its packed sequence; lo == hi when none), its
+ * aligned position pos, the index key0 of its sequence's first key (0 when
+ * not packed: ALiBi's distance to key j is |pos - (j - key0)|), and qend, one
+ * past its sequence's last query row (Tq when not packed). lo and hi never
+ * decrease as i grows.
+ */
+typedef struct attn__sdpa_row {
+    int64_t lo, hi, pos, key0, qend;
+} attn__sdpa_row;
+
+/* The packed sequence of query row i: the last n with cu_q[n] <= i. */
+static inline int64_t attn__sdpa_seq_of(const attn__sdpa_plan *p, int64_t i) {
+    int64_t lo = 0, hi = p->n_seqs;
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (p->cu_q[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static inline attn__sdpa_row attn__sdpa_row_var(const attn__sdpa_plan *p, int64_t b,
+                                                int64_t i) {
+    attn__sdpa_row r = {.key0 = 0, .qend = p->Tq};
+    int64_t Tkn = p->Tk, il = i, shift = p->causal_shift;
+    if (p->n_seqs > 0) {
+        int64_t n = attn__sdpa_seq_of(p, i);
+        r.key0 = p->cu_k[n];
+        r.qend = p->cu_q[n + 1];
+        Tkn = p->cu_k[n + 1] - r.key0;
+        il = i - p->cu_q[n];
+        shift = p->causal == ATTN_CAUSAL_BOTTOM_RIGHT ? Tkn - (r.qend - p->cu_q[n]) : 0;
+    }
+    int64_t pos = il + shift, lo = 0, hi = Tkn; /* local key indices */
+    if (p->causal != ATTN_CAUSAL_NONE && pos + 1 < hi)
+        hi = pos + 1;
+    if (p->window) {
+        if (pos > p->wl)
+            lo = pos - p->wl;
+        if (p->wr < hi - pos - 1)
+            hi = pos + p->wr + 1;
+    }
+    r.pos = pos;
+    r.lo = r.key0 + lo;
+    r.hi = r.key0 + hi;
+    if (p->kv_len && r.hi > p->kv_len[b])
+        r.hi = p->kv_len[b];
+    if (r.hi < r.lo)
+        r.hi = r.lo;
+    return r;
+}
+
+static inline __attribute__((always_inline)) attn__sdpa_row
+attn__sdpa_row_of(const attn__sdpa_plan *p, int64_t b, int64_t i) {
+    if (p->variant)
+        return attn__sdpa_row_var(p, b, i);
+    /* causal and kv_len only: keys [0, hi) */
+    int64_t hi = p->kv_len ? p->kv_len[b] : p->Tk;
+    if (p->causal != ATTN_CAUSAL_NONE && i + p->causal_shift + 1 < hi)
+        hi = i + p->causal_shift + 1;
+    attn__sdpa_row r = {
+        .lo = 0, .hi = hi < 0 ? 0 : hi, .pos = i + p->causal_shift, .key0 = 0, .qend = p->Tq};
+    return r;
+}
+
+/* Keys below this limit may be visible to query row i of batch b (attn__sdpa_row_of's hi). */
 static inline int64_t attn__sdpa_key_limit(const attn__sdpa_plan *p, int64_t b, int64_t i) {
-    int64_t lim = p->kv_len ? p->kv_len[b] : p->Tk;
-    if (p->causal != ATTN_CAUSAL_NONE && i + p->causal_shift + 1 < lim)
-        lim = i + p->causal_shift + 1;
-    return lim < 0 ? 0 : lim;
+    return attn__sdpa_row_of(p, b, i).hi;
+}
+
+/* The sink logit of head h (-inf: none). */
+static inline double attn__sdpa_sink(const attn__sdpa_plan *p, int64_t h) {
+    if (!p->has_sinks)
+        return -INFINITY;
+    const char *at =
+        (const char *)p->sinks.data + h * p->sinks.stride[0] * (int64_t)attn_dtype_size(p->dt);
+    return p->dt == ATTN_F32 ? (double)*(const float *)at : *(const double *)at;
+}
+
+/* The ALiBi slope of head h (0: none). */
+static inline double attn__sdpa_slope(const attn__sdpa_plan *p, int64_t h) {
+    if (!p->has_alibi)
+        return 0.0;
+    const char *at =
+        (const char *)p->alibi.data + h * p->alibi.stride[0] * (int64_t)attn_dtype_size(p->dt);
+    return p->dt == ATTN_F32 ? (double)*(const float *)at : *(const double *)at;
+}
+
+/*
+ * The end of a softmax row with sink logit sink (-inf: none) from its running
+ * max m (finite) and sum l of e^{s - m}: out = acc * *inv (acc = sum e^{s - m} v),
+ * lse. With M = max(m, sink): a = l e^{m - M}, c = e^{sink - M},
+ * inv = e^{m - M} / (a + c), lse = M + log(a + c); no sink: 1 / l and m + log l.
+ */
+static inline void attn__sdpa_finish(double m, double l, double sink, double *inv,
+                                     double *lse) {
+    if (sink == -INFINITY) {
+        *inv = 1.0 / l;
+        *lse = m + log(l);
+        return;
+    }
+    double M = m > sink ? m : sink, e = exp(m - M), a = l * e + exp(sink - M);
+    *inv = e / a;
+    *lse = M + log(a);
 }
 
 /* Multiply-adds x 2 of the two products of the forward (the thread-count heuristic). */
@@ -109,19 +230,12 @@ ATTN_HIDDEN void attn__sdpa_mask_row(const attn__sdpa_plan *p, int64_t b, int64_
                                      int64_t j0, int64_t lim, void *row);
 
 /*
- * The outputs of a forward against the plan: out (B, H, Tq, Dv) required,
- * weights (B, H, Tq, Tk) and lse (B, H, Tq) optional; dtypes and shapes only
- * (aliasing is the caller's next check).
+ * The specs of a forward's outputs against the plan (attn__check_outputs):
+ * out (B, H, Tq, Dv) required, weights (B, H, Tq, Tk) and lse (B, H, Tq) optional.
  */
-ATTN_HIDDEN attn_status attn__sdpa_check_outputs(const attn__sdpa_plan *p, const attn_view *out,
-                                                 const attn_view *weights, const attn_view *lse);
-
-/*
- * Outputs (NULL entries skipped) must not overlap themselves (ATTN_ESTRIDE),
- * any input or each other (ATTN_EALIAS).
- */
-ATTN_HIDDEN attn_status attn__sdpa_check_aliasing(const attn_view *const *outs, int nout,
-                                                  const attn_view *const *ins, int nin);
+ATTN_HIDDEN void attn__sdpa_out_specs(const attn__sdpa_plan *p, const attn_view *out,
+                                      const attn_view *weights, const attn_view *lse,
+                                      attn__spec s[3]);
 
 /*
  * The forward on a plan and views it validated: attn__sdpa_need gives the

@@ -213,12 +213,6 @@ static attn_status dec_prepare(const attn_decoder_config *cfg, const attn_decode
     ATTN_TRY(attn__shape_view(
         dt, 4, (int64_t[]){B, c->self_attn.kv_heads, T, c->self_attn.d_head}, &k));
     attn__sdpa_plan sp;
-    for (int64_t b = 0; (*so)->kv_len && b < B; ++b)
-        if ((*so)->kv_len[b] < 0 || (*so)->kv_len[b] > T)
-            return ATTN_EINVAL; /* as attn_sdpa and attn_mha_forward (one status per misuse) */
-    for (int64_t b = 0; m && (*co)->kv_len && b < B; ++b)
-        if ((*co)->kv_len[b] < 0 || (*co)->kv_len[b] > m->shape[1])
-            return ATTN_EINVAL;
     ATTN_TRY(attn__sdpa_plan_init(&q, &k, &k, *so, false, &sp));
     if (m) {
         ATTN_TRY(
@@ -430,11 +424,7 @@ static attn_status mem_prepare(const attn_decoder_config *cfg, const attn_decode
     int64_t S = m->shape[1];
     if (S > mc->k.shape[2])
         return ATTN_ERANGE;
-    if (mem_len)
-        for (int64_t b = 0; b < m->shape[0]; ++b)
-            if (mem_len[b] < 0 || mem_len[b] > S)
-                return ATTN_EINVAL;
-    return ATTN_OK;
+    return attn__check_lengths(mem_len, m->shape[0], S);
 }
 
 static attn_status mem_body(const attn_decoder_config *c, const attn_decoder_params *p,
@@ -614,9 +604,12 @@ attn_status attn_decoder_step(const attn_decoder_config *cfg, const attn_decoder
                                              opts->bias,
                                              mem ? &mem->k : NULL,
                                              mem ? &mem->v : NULL,
-                                             mem ? &mlv : NULL};
+                                             mem ? &mlv : NULL,
+                                             opts->alibi,
+                                             opts->sinks};
     step_args s = {&c, p, opts, &oc, x, self_cache, mem, out};
-    ATTN_TRY(attn__layer_exec(step_cb, &s, opts->threads, outs, 4, ins, attn__dec_param_views(&c, p, ins, 6),
+    ATTN_TRY(attn__layer_exec(step_cb, &s, opts->threads, outs, 4, ins,
+                              attn__dec_param_views(&c, p, ins, 8),
                               work, work_size));
     attn__mha_step_commit(opts, x, self_cache);
     return ATTN_OK;

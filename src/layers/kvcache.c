@@ -21,11 +21,7 @@ attn_status attn__rope_check(const attn_rope_config *r, int64_t D) {
 static attn_status step_check_opts(const attn_step_opts *o, int64_t B, int64_t Tq) {
     if (!isfinite(o->scale) || o->threads < 0 || o->split < 0)
         return ATTN_EINVAL;
-    if (o->n_new)
-        for (int64_t b = 0; b < B; ++b)
-            if (o->n_new[b] < 0 || o->n_new[b] > Tq)
-                return ATTN_EINVAL;
-    return ATTN_OK;
+    return attn__check_lengths(o->n_new, B, Tq);
 }
 
 void attn__dec_zero(const attn_view *v) {
@@ -118,10 +114,7 @@ attn_status attn__kv_cache_check(const attn_kv_cache *kc, const attn_mha_config 
     if (attn__overlaps_raw(&kc->k, &kc->v) || attn__overlaps_raw(&lv, &kc->k) ||
         attn__overlaps_raw(&lv, &kc->v))
         return ATTN_EALIAS;
-    for (int64_t b = 0; b < kc->k.shape[0]; ++b)
-        if (kc->len[b] < 0 || kc->len[b] > kc->k.shape[2])
-            return ATTN_ERANGE;
-    return ATTN_OK;
+    return attn__check_lengths(kc->len, kc->k.shape[0], kc->k.shape[2]);
 }
 
 attn_status attn_kv_cache_check(const attn_kv_cache *cache, const attn_mha_config *cfg) {
@@ -151,22 +144,16 @@ attn_status attn__mha_step_check(const attn_mha_config *cfg, const attn_mha_para
     if (cache->k.shape[0] != B)
         return ATTN_ESHAPE;
     ATTN_TRY(step_check_opts(o, B, Tq));
+    ATTN_TRY(attn__check_variants(c->dtype, c->heads, o->window, o->window_left,
+                                  o->window_right, o->softcap, o->alibi, o->sinks));
     if (self)
         ATTN_TRY(attn__rope_check(&o->rope, c->d_head));
     int64_t full[4] = {B, c->heads, Tq, Tmax};
     attn_view t;
-    if (o->keep) {
-        ATTN_TRY(attn_view_check(o->keep));
-        if (o->keep->dtype != ATTN_U8)
-            return ATTN_EDTYPE;
-        ATTN_TRY(attn_view_broadcast(o->keep, 4, full, &t));
-    }
-    if (o->bias) {
-        ATTN_TRY(attn_view_check(o->bias));
-        if (o->bias->dtype != c->dtype)
-            return ATTN_EDTYPE;
-        ATTN_TRY(attn_view_broadcast(o->bias, 4, full, &t));
-    }
+    if (o->keep)
+        ATTN_TRY(attn__check_mask(o->keep, ATTN_U8, 4, full, &t));
+    if (o->bias)
+        ATTN_TRY(attn__check_mask(o->bias, c->dtype, 4, full, &t));
     if (self)
         for (int64_t b = 0; b < B; ++b)
             if (attn__step_n(o, b, Tq) > Tmax - cache->len[b])
@@ -206,7 +193,13 @@ static attn_status attend_tiled(const attn_step_opts *o, bool self, const attn_v
         /* a self step's queries are the last n of its nk keys: bottom-right alignment */
         attn_sdpa_opts so = {.scale = o->scale,
                              .causal = self ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
-                             .threads = o->threads};
+                             .threads = o->threads,
+                             .window = o->window,
+                             .window_left = o->window_left,
+                             .window_right = o->window_right,
+                             .softcap = o->softcap,
+                             .alibi = o->alibi,
+                             .sinks = o->sinks};
         if (keep) {
             ATTN_TRY(attn_view_slice(keep, 0, b, b + 1, 1, &t));
             ATTN_TRY(attn_view_slice(&t, 2, 0, n, 1, &t));
@@ -296,27 +289,22 @@ attn_status attn__mha_step_body(const attn_mha_config *c, const attn_mha_params 
         ATTN_TRY(attend_tiled(o, self, &Qh, kc, klen, o->keep ? &keep : NULL,
                               o->bias ? &bias : NULL, &Oh, pl));
     } else {
-        attn__decode_plan dp = {.dt = dt,
-                                .B = B,
-                                .H = c->heads,
-                                .Hkv = c->kv_heads,
-                                .G = G,
-                                .Tq = Tq,
-                                .D = D,
-                                .Tmax = Tmax,
-                                .causal = self,
-                                .klen = klen,
-                                .qpos0 = qpos,
-                                .nrows = nrows,
-                                .has_keep = o->keep != NULL,
-                                .has_bias = o->bias != NULL,
-                                .split = o->split};
-        dp.scale = o->scale != 0 ? o->scale : 1.0 / sqrt((double)D);
-        if (o->keep)
-            dp.keep = keep;
-        if (o->bias)
-            dp.bias = bias;
-        ATTN_TRY(attn__decode_layout(&dp, o->threads));
+        attn__qkv d = {.dt = dt,
+                       .B = B,
+                       .H = c->heads,
+                       .Hkv = c->kv_heads,
+                       .Tq = Tq,
+                       .Tk = Tmax,
+                       .D = D,
+                       .Dv = D};
+        attn__decode_plan dp;
+        attn__decode_variants var = {o->window,  o->window_left, o->window_right,
+                                     o->softcap, o->alibi,       o->sinks};
+        ATTN_TRY(attn__decode_plan_init(&dp, &d, o->scale, self, o->keep ? &keep : NULL,
+                                        o->bias ? &bias : NULL, &var, o->split, o->threads));
+        dp.klen = klen;
+        dp.qpos0 = qpos;
+        dp.nrows = nrows;
         if (run)
             attn__decode_run(&dp, &Qh, &kc->k, &kc->v, &Oh, NULL, attn__plan_inner_base(pl));
         else
@@ -382,9 +370,11 @@ attn_status attn_mha_step(const attn_mha_config *cfg, const attn_mha_params *p,
     ATTN_TRY(attn__want(out, c.dtype, 3, (int64_t[]){x->shape[0], x->shape[1], c.d_model}));
     attn_view lv = attn__kv_len_view(cache);
     const attn_view *outs[ATTN__MAX_ALIAS] = {out, &cache->k, &cache->v, &lv};
-    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias};
+    const attn_view *ins[ATTN__MAX_ALIAS] = {x, opts->keep, opts->bias, opts->alibi,
+                                             opts->sinks};
     step_call a = {&c, p, opts, x, cache, out};
-    ATTN_TRY(attn__layer_exec(step_body, &a, opts->threads, outs, 4, ins, attn__mha_views(&c, p, ins, 3), work,
+    ATTN_TRY(attn__layer_exec(step_body, &a, opts->threads, outs, 4, ins,
+                              attn__mha_views(&c, p, ins, 5), work,
                               work_size));
     attn__mha_step_commit(opts, x, cache);
     return ATTN_OK;

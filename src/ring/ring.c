@@ -28,7 +28,24 @@ static double now(void) {
 }
 
 /* Fields every rank must agree on (checked by one MPI_Allreduce). */
-enum { F_DTYPE, F_B, F_H, F_HKV, F_D, F_DV, F_CAUSAL, F_LAYOUT, F_SCALE, NF };
+enum {
+    F_DTYPE,
+    F_B,
+    F_H,
+    F_HKV,
+    F_D,
+    F_DV,
+    F_CAUSAL,
+    F_LAYOUT,
+    F_WINDOW, /* the variants: window on, its sizes, alibi and sinks given */
+    F_WL,
+    F_WR,
+    F_ALIBI,
+    F_SINKS,
+    F_SCALE, /* the doubles' bits */
+    F_CAP,
+    NF
+};
 
 /* The views of a call beyond q, k, v (NULL: absent). */
 typedef struct ring_io {
@@ -59,6 +76,7 @@ typedef struct ring_ctx {
     ring_io io;
     size_t off[W_COUNT]; /* byte offsets into the workspace */
     bool sums;           /* backward's first ring: the lse corrections' row sums only */
+    bool variant;        /* window, softcap or ALiBi: attend_block works chunk by chunk */
     size_t sdpa_ws, total;
 } ring_ctx;
 
@@ -101,137 +119,71 @@ static void block_views(const ring_ctx *c, void *buf, int64_t T, attn_view *k, a
                      .stride = {c->Hkv * T * Dv, T * Dv, Dv, 1}};
 }
 
-/* Same sufficient test as the library's outputs use: sorted by |stride|, each axis steps
-   past the span of the inner ones (src/view.c); attn_mpi sees only attn's public API. */
-static bool self_overlaps(const attn_view *v) {
-    if (attn_view_numel(v) <= 1)
-        return false;
-    int64_t ext[ATTN_MAX_DIMS], str[ATTN_MAX_DIMS], span = 0;
-    int n = 0;
-    for (int d = 0; d < v->ndim; ++d)
-        if (v->shape[d] != 1) {
-            ext[n] = v->shape[d];
-            str[n++] = v->stride[d] < 0 ? -v->stride[d] : v->stride[d];
-        }
-    for (int i = 1; i < n; ++i)
-        for (int j = i; j > 0 && str[j] < str[j - 1]; --j) {
-            int64_t t = str[j];
-            str[j] = str[j - 1];
-            str[j - 1] = t;
-            t = ext[j];
-            ext[j] = ext[j - 1];
-            ext[j - 1] = t;
-        }
-    for (int i = 0; i < n; ++i) {
-        if (str[i] <= span)
-            return true;
-        span += str[i] * (ext[i] - 1);
-    }
-    return false;
-}
-
-static attn_status check_float(const attn_view *v, int ndim) {
-    if (!v)
-        return ATTN_EINVAL;
-    ATTN_TRY(attn_view_check(v));
-    if (v->ndim != ndim)
-        return ATTN_ESHAPE;
-    return v->dtype == ATTN_F32 || v->dtype == ATTN_F64 ? ATTN_OK : ATTN_EDTYPE;
-}
-
-/* An input view of the call: present, valid, c's dtype, the given shape. */
-static attn_status check_input(const ring_ctx *c, const attn_view *v, int nd,
-                               const int64_t *shape) {
-    ATTN_TRY(check_float(v, nd));
-    if (v->dtype != c->dt)
-        return ATTN_EDTYPE;
-    for (int d = 0; d < nd; ++d)
-        if (v->shape[d] != shape[d])
-            return ATTN_ESHAPE;
-    return ATTN_OK;
-}
-
-/* Optional outputs (NULL entries skipped): as inputs, plus no self-overlap, no overlap with
-   the inputs ins[] or with each other. */
-static attn_status check_outputs(const ring_ctx *c, attn_view *const *outs, const int *nd,
-                                 const int64_t (*shapes)[4], int nout,
-                                 const attn_view *const *ins, int nin) {
-    for (int o = 0; o < nout; ++o) {
-        if (!outs[o])
-            continue;
-        ATTN_TRY(check_input(c, outs[o], nd[o], shapes[o]));
-        if (self_overlaps(outs[o]))
-            return ATTN_ESTRIDE;
-        for (int i = 0; i < nin; ++i)
-            if (ins[i] && attn_view_overlaps(outs[o], ins[i]))
-                return ATTN_EALIAS;
-        for (int o2 = 0; o2 < o; ++o2)
-            if (outs[o2] && attn_view_overlaps(outs[o], outs[o2]))
-                return ATTN_EALIAS;
-    }
-    return ATTN_OK;
-}
-
 /* Everything this rank can check without talking to the others; io NULL: a workspace query. */
 static attn_status check_local(const attn_view *q, const attn_view *k, const attn_view *v,
                                const attn_ring_opts *o, const ring_io *io, ring_ctx *c) {
-    ATTN_TRY(check_float(q, 4));
-    ATTN_TRY(check_float(k, 4));
-    ATTN_TRY(check_float(v, 4));
-    if (k->dtype != q->dtype || v->dtype != q->dtype)
-        return ATTN_EDTYPE;
-    c->dt = q->dtype;
+    attn__qkv d;
+    ATTN_TRY(attn__check_qkv(q, k, v, &d));
+    c->dt = d.dt;
     c->es = attn_dtype_size(c->dt);
-    c->B = q->shape[0];
-    c->H = q->shape[1];
-    c->T = q->shape[2];
-    c->D = q->shape[3];
-    c->Hkv = k->shape[1];
-    c->Dv = v->shape[3];
-    if (k->shape[0] != c->B || k->shape[2] != c->T || k->shape[3] != c->D ||
-        v->shape[0] != c->B || v->shape[1] != c->Hkv || v->shape[2] != c->T)
-        return ATTN_ESHAPE;
-    if (c->Hkv == 0 ? c->H != 0 : c->H % c->Hkv != 0)
+    c->B = d.B;
+    c->H = d.H;
+    c->T = d.Tq;
+    c->D = d.D;
+    c->Hkv = d.Hkv;
+    c->Dv = d.Dv;
+    if (d.Tk != c->T) /* this rank's keys are its queries' tokens */
         return ATTN_ESHAPE;
     if ((unsigned)o->causal > ATTN_CAUSAL_BOTTOM_RIGHT ||
         (unsigned)o->layout > ATTN_RING_ZIGZAG || o->threads < 0 || !isfinite(o->scale))
         return ATTN_EINVAL;
+    ATTN_TRY(attn__check_variants(c->dt, c->H, o->window, o->window_left, o->window_right,
+                                  o->softcap, o->alibi, o->sinks));
+    if (o->dsinks && (!c->bwd || !o->sinks))
+        return ATTN_EINVAL;
     if (c->D > INT_MAX || c->Dv > INT_MAX)
         return ATTN_ERANGE;
-    if (o->kv_len)
-        for (int64_t b = 0; b < c->B; ++b)
-            if (o->kv_len[b] < 0 || o->kv_len[b] > c->T)
-                return ATTN_EINVAL;
+    ATTN_TRY(attn__check_lengths(o->kv_len, c->B, c->T));
+    c->variant = o->window || o->softcap > 0 || o->alibi;
     c->causal = o->causal != ATTN_CAUSAL_NONE;
     c->layout = o->layout;
     c->scale = o->scale != 0.0 ? o->scale : c->D > 0 ? 1.0 / sqrt((double)c->D) : 1.0;
     const int64_t os[4] = {c->B, c->H, c->T, c->Dv};
     if (io && !c->bwd) { /* forward: out (required) and lse */
-        if (!io->out)
-            return ATTN_EINVAL;
-        attn_view *outs[2] = {io->out, io->lse};
-        const attn_view *ins[3] = {q, k, v};
-        ATTN_TRY(check_outputs(
-            c, outs, (int[]){4, 3},
-            (const int64_t[][4]){{os[0], os[1], os[2], os[3]}, {os[0], os[1], os[2], 0}}, 2,
-            ins, 3));
+        const attn__spec outs[2] = {{io->out, true, 4, {os[0], os[1], os[2], os[3]}},
+                                    {io->lse, false, 3, {os[0], os[1], os[2]}}};
+        const attn_view *ins[5] = {q, k, v, o->alibi, o->sinks};
+        ATTN_TRY(attn__check_outputs(c->dt, outs, 2, ins, 5));
     } else if (io) { /* backward: out, lse, dout (required), dq, dk, dv */
-        if (!io->fout || !io->flse || !io->dout)
-            return ATTN_EINVAL;
-        ATTN_TRY(check_input(c, io->fout, 4, os));
-        ATTN_TRY(check_input(c, io->flse, 3, os));
-        ATTN_TRY(check_input(c, io->dout, 4, os));
-        attn_view *outs[3] = {io->dq, io->dk, io->dv};
-        const attn_view *ins[6] = {q, k, v, io->fout, io->flse, io->dout};
-        ATTN_TRY(check_outputs(
-            c, outs, (int[]){4, 4, 4},
-            (const int64_t[][4]){{q->shape[0], q->shape[1], q->shape[2], q->shape[3]},
-                                 {k->shape[0], k->shape[1], k->shape[2], k->shape[3]},
-                                 {v->shape[0], v->shape[1], v->shape[2], v->shape[3]}},
-            3, ins, 6));
+        const attn__spec saved[3] = {{io->fout, true, 4, {os[0], os[1], os[2], os[3]}},
+                                     {io->flse, true, 3, {os[0], os[1], os[2]}},
+                                     {io->dout, true, 4, {os[0], os[1], os[2], os[3]}}};
+        ATTN_TRY(attn__check_views(c->dt, saved, 3));
+        attn__spec outs[4] = {{io->dq, false, 4, {0}},
+                              {io->dk, false, 4, {0}},
+                              {io->dv, false, 4, {0}},
+                              {o->dsinks, false, 1, {c->H}}};
+        const attn_view *like[3] = {q, k, v};
+        for (int i = 0; i < 3; ++i)
+            memcpy(outs[i].shape, like[i]->shape, sizeof outs[i].shape);
+        const attn_view *ins[8] = {q, k, v, io->fout, io->flse, io->dout, o->alibi, o->sinks};
+        ATTN_TRY(attn__check_outputs(c->dt, outs, 4, ins, 8));
     }
-    int64_t f[NF] = {c->dt, c->B, c->H, c->Hkv, c->D, c->Dv, c->causal, c->layout, 0};
+    int64_t f[NF] = {c->dt,
+                     c->B,
+                     c->H,
+                     c->Hkv,
+                     c->D,
+                     c->Dv,
+                     c->causal,
+                     c->layout,
+                     o->window,
+                     o->window_left,
+                     o->window_right,
+                     o->alibi != NULL,
+                     o->sinks != NULL};
     memcpy(&f[F_SCALE], &c->scale, sizeof(double));
+    memcpy(&f[F_CAP], &o->softcap, sizeof(double));
     memcpy(c->f, f, sizeof f);
     c->q = *q;
     c->k = *k;
@@ -257,7 +209,8 @@ static attn_status layout_work(ring_ctx *c) {
     for (int causal = 0; causal < 2; ++causal) {
         attn_sdpa_opts so = {.scale = c->scale,
                              .threads = c->o->threads,
-                             .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE};
+                             .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
+                             .softcap = c->o->softcap}; /* the backward's extra tile */
         attn__sdpa_plan pl;
         size_t ws;
         ATTN_TRY(attn__sdpa_plan_init(&c->q, &kb, &vb, &so, false, &pl));
@@ -273,7 +226,7 @@ static attn_status layout_work(ring_ctx *c) {
                          c->bwd ? (size_t)kvn : (size_t)bhtd,
                          c->bwd ? (size_t)kvn : 2 * (size_t)bht,
                          c->bwd ? (size_t)kvn : 2 * (size_t)bht,
-                         (size_t)c->B,
+                         (size_t)(c->B + c->H), /* key lengths; dsinks' partial sums */
                          c->bwd ? (size_t)bht : 0,
                          c->sdpa_ws};
     size_t es[W_COUNT] = {8, c->es, c->es, c->es, c->bwd ? c->es : 8, c->bwd ? c->es : 8, 8, 8, 1};
@@ -288,27 +241,18 @@ static attn_status layout_work(ring_ctx *c) {
     return ATTN_OK;
 }
 
-/* True when the caller's workspace [work, work + n) overlaps any argument of the call. */
-static bool work_overlaps(const void *work, size_t n, const attn_view *q, const attn_view *k,
-                          const attn_view *v, const ring_io *io) {
-    const attn_view *all[12] = {q, k, v};
-    int m = 3;
+/* The views of the call (q, k, v and those of io), for the workspace's overlap check. */
+static int call_views(const attn_view *q, const attn_view *k, const attn_view *v,
+                      const ring_io *io, const attn_view **all) {
+    int m = 0;
+    all[m++] = q, all[m++] = k, all[m++] = v;
     if (io) {
-        const attn_view *x[9] = {io->out, io->lse, io->fout, io->flse, io->dout,
-                                 io->dq,  io->dk,  io->dv,   NULL};
+        const attn_view *x[8] = {io->out,  io->lse, io->fout, io->flse,
+                                 io->dout, io->dq,  io->dk,   io->dv};
         for (int i = 0; i < 8; ++i)
             all[m++] = x[i];
     }
-    uintptr_t wl = (uintptr_t)work, wh = wl + n;
-    for (int i = 0; i < m; ++i) {
-        if (!all[i])
-            continue;
-        const void *lo, *hi;
-        attn_view_span(all[i], &lo, &hi);
-        if (lo != hi && n > 0 && (uintptr_t)lo < wh && wl < (uintptr_t)hi)
-            return true;
-    }
-    return false;
+    return m;
 }
 
 /* Agree on one status: the largest code any rank reports. */
@@ -369,18 +313,10 @@ static attn_status setup(MPI_Comm comm, bool bwd, const attn_view *q, const attn
         goto fail; /* every rank saw the same y */
     c->Tmax = y[2 * NF + 1];
     s = layout_work(c);
-    if (s == ATTN_OK && work) {
-        if (*work == NULL && work_size == 0) {
-            *owned = aligned_alloc(64, c->total);
-            s = *owned ? ATTN_OK : ATTN_ENOMEM;
-            *work = *owned;
-        } else if (work_size < c->total || *work == NULL) {
-            s = ATTN_EWORKSPACE;
-        } else if (c->total > 0 && (uintptr_t)*work % 8 != 0) {
-            s = ATTN_EINVAL; /* the workspace alignment rule (docs/reliability.md) */
-        } else if (work_overlaps(*work, c->total, q, k, v, io)) {
-            s = ATTN_EALIAS;
-        }
+    if (s == ATTN_OK && work) { /* the library's workspace rule (docs/reliability.md) */
+        const attn_view *all[11];
+        int n = call_views(q, k, v, io, all);
+        s = attn__work_take(work, &work_size, c->total, all, n, owned);
     }
     s = agree(c->comm, s);
     if (s == ATTN_OK)
@@ -421,6 +357,131 @@ size_t attn_ring_sdpa_backward_workspace_size(MPI_Comm comm, const attn_view *q_
 #define RING_SLICES    8
 
 /*
+ * One attn_sdpa call of the ring on local query rows [r0, r0 + m) (qv) against keys
+ * [k0, k0 + nk) of the block in hand (kv, vv): the lse sums, the forward piece merged
+ * into the running result, or the backward into the block's gradients gkb, gvb.
+ */
+static attn_status attend_rows(const ring_ctx *c, char *w, const attn__sdpa_plan *pl,
+                               const attn_view *qv, const attn_view *kv, const attn_view *vv,
+                               const attn_view *gkb, const attn_view *gvb, int64_t k0,
+                               int64_t nk, int64_t r0, int64_t m) {
+    int64_t r1 = r0 + m, bht = c->B * c->H * c->T;
+    double *run = (double *)(w + c->off[W_X2]), *kap = (double *)(w + c->off[W_KAP]);
+    attn__rows_f64 rows_kap = {kap + r0, c->H * c->T, c->T};
+    if (c->sums) { /* sum exp(s - lse) over this block's visible keys */
+        attn_view fl;
+        ATTN_TRY(attn_view_slice(c->io.flse, 2, r0, r1, 1, &fl));
+        attn__sdpa_lse_sums(pl, qv, kv, vv, &fl, rows_kap, w + c->off[W_SDPA], c->sdpa_ws);
+    } else if (!c->bwd) {
+        attn_view ov;
+        double *pm = (double *)(w + c->off[W_X1]), *pl_ = pm + bht;
+        ATTN_TRY(
+            attn_view_init(&ov, c->dt, w + c->off[W_X0], 4, (int64_t[]){c->B, c->H, m, c->Dv}));
+        attn__sdpa_run_ml(pl, qv, kv, vv, &ov, (attn__rows_f64){pm, c->H * m, m},
+                          (attn__rows_f64){pl_, c->H * m, m}, w + c->off[W_SDPA], c->sdpa_ws);
+        if (c->dt == ATTN_F32)
+            merge_f32(c->io.out, run, run + bht, ov.data, pm, pl_, r0, m);
+        else
+            merge_f64(c->io.out, run, run + bht, ov.data, pm, pl_, r0, m);
+    } else {
+        attn_view fo, fl, dov, dqv, gk, gv;
+        ATTN_TRY(attn_view_slice(c->io.fout, 2, r0, r1, 1, &fo));
+        ATTN_TRY(attn_view_slice(c->io.flse, 2, r0, r1, 1, &fl));
+        ATTN_TRY(attn_view_slice(c->io.dout, 2, r0, r1, 1, &dov));
+        if (c->io.dq)
+            ATTN_TRY(attn_view_slice(c->io.dq, 2, r0, r1, 1, &dqv));
+        ATTN_TRY(attn_view_slice(gkb, 2, k0, k0 + nk, 1, &gk));
+        ATTN_TRY(attn_view_slice(gvb, 2, k0, k0 + nk, 1, &gv));
+        /* the corrections of rows whose lse is inexact come from every rank's keys */
+        attn__sdpa_backward_run_kappa(pl, qv, kv, vv, &fo, &fl, &dov, c->io.dq ? &dqv : NULL,
+                                      &gk, &gv, rows_kap, w + c->off[W_SDPA], c->sdpa_ws);
+    }
+    return ATTN_OK;
+}
+
+/* The global position of the first token of chunk ch (segments' numbering). */
+static int64_t chunk_start(const ring_ctx *c, const int64_t *gather, int64_t ch) {
+    int64_t off = 0, P = c->P;
+    for (int64_t x = 0; x < ch; ++x) {
+        int64_t owner = c->layout == ATTN_RING_CONTIGUOUS ? x : x < P ? x : 2 * P - 1 - x;
+        int64_t len = gather[(size_t)owner * (size_t)(c->B + 1)], a = (len + 1) / 2;
+        off += c->layout == ATTN_RING_CONTIGUOUS ? len : x < P ? a : len - a;
+    }
+    return off;
+}
+
+/*
+ * attend_block with a window, softcap or ALiBi: every (query chunk, key chunk)
+ * pair on its own, at global positions: a query chunk starting at global qg
+ * and a key chunk at kg make attn_sdpa's aligned position of local query x
+ * qg - kg + x against local key y (its causal shift), so causal, window and
+ * ALiBi see global positions. Key chunks wholly in the future of (causal) or
+ * outside the windows of the chunk's queries are skipped.
+ */
+static attn_status attend_block_var(const ring_ctx *c, char *w, int src, void *buf, void *gbuf,
+                                    MPI_Request *req, bool *computed) {
+    const attn_ring_opts *o = c->o;
+    const int64_t *gather = (const int64_t *)(w + c->off[W_GATHER]);
+    const int64_t *g = gather + (size_t)src * (size_t)(c->B + 1);
+    int64_t Tsrc = g[0], *klen = (int64_t *)(w + c->off[W_KLEN]);
+    seg qs[2], ks[2];
+    int nqs = segments(c, c->rank, c->T, qs), nks = segments(c, src, Tsrc, ks);
+    attn_view kb, vb, gkb, gvb;
+    block_views(c, buf, Tsrc, &kb, &vb);
+    if (c->bwd)
+        block_views(c, gbuf, Tsrc, &gkb, &gvb);
+    *computed = false;
+    for (int a = 0; a < nqs; ++a)
+        for (int j = 0; j < nks; ++j) {
+            int64_t q0 = qs[a].lo, nq = qs[a].n, k0 = ks[j].lo, nk = ks[j].n;
+            if (nq == 0 || nk == 0)
+                continue;
+            int64_t qg = chunk_start(c, gather, qs[a].chunk);
+            int64_t kg = chunk_start(c, gather, ks[j].chunk);
+            if (c->causal && kg > qg + nq - 1)
+                continue; /* the key chunk lies in these queries' future */
+            if (o->window &&
+                (qg - (kg + nk - 1) > o->window_left || kg - (qg + nq - 1) > o->window_right))
+                continue; /* outside every query's window */
+            int64_t rows = nq;
+            if (req) { /* about RING_SLICES slices of whole query tiles */
+                rows = (nq + RING_SLICES - 1) / RING_SLICES;
+                rows = (rows + RING_SLICE_MIN - 1) / RING_SLICE_MIN * RING_SLICE_MIN;
+            }
+            for (int64_t i0 = 0; i0 < nq; i0 += rows) {
+                int64_t m = nq - i0 < rows ? nq - i0 : rows, r0 = q0 + i0;
+                attn_view qv, kv, vv;
+                for (int64_t b = 0; b < c->B; ++b) { /* the block's valid keys in this chunk */
+                    int64_t n = g[1 + b] - k0;
+                    klen[b] = n < 0 ? 0 : n > nk ? nk : n;
+                }
+                ATTN_TRY(attn_view_slice(&c->q, 2, r0, r0 + m, 1, &qv));
+                ATTN_TRY(attn_view_slice(&kb, 2, k0, k0 + nk, 1, &kv));
+                ATTN_TRY(attn_view_slice(&vb, 2, k0, k0 + nk, 1, &vv));
+                attn_sdpa_opts so = {
+                    .scale = c->scale,
+                    .kv_len = klen,
+                    .causal = c->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
+                    .threads = o->threads,
+                    .window = o->window,
+                    .window_left = o->window_left,
+                    .window_right = o->window_right,
+                    .softcap = o->softcap,
+                    .alibi = o->alibi}; /* sinks: once, at the end of the forward */
+                attn__sdpa_plan pl;
+                ATTN_TRY(attn__sdpa_plan_init(&qv, &kv, &vv, &so, false, &pl));
+                pl.causal_shift = qg + i0 - kg; /* global positions */
+                ATTN_TRY(attend_rows(c, w, &pl, &qv, &kv, &vv, &gkb, &gvb, k0, nk, r0, m));
+                *computed = true;
+                int done;
+                if (req && MPI_Testall(4, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+                    return ATTN_EMPI;
+            }
+        }
+    return ATTN_OK;
+}
+
+/*
  * Attend the local queries to the K/V block in hand (packed at buf, from rank
  * src). Non-causal: all queries against all keys. Causal: per query chunk,
  * the visible keys are a prefix of the block (chunks are in global order):
@@ -454,8 +515,6 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
     block_views(c, buf, Tsrc, &kb, &vb);
     if (c->bwd)
         block_views(c, gbuf, Tsrc, &gkb, &gvb);
-    double *run = (double *)(w + c->off[W_X2]), *kap = (double *)(w + c->off[W_KAP]);
-    int64_t bht = c->B * c->H * c->T;
     *computed = false;
     for (int a = 0; a < nqs; ++a) {
         int64_t nk = c->causal ? 0 : Tsrc;
@@ -488,38 +547,7 @@ static attn_status attend_block(const ring_ctx *c, char *w, int src, void *buf, 
             /* the arguments were validated by setup(): one plan, then the trusted run */
             attn__sdpa_plan pl;
             ATTN_TRY(attn__sdpa_plan_init(&qv, &kv, &vv, &so, false, &pl));
-            attn__rows_f64 rows_kap = {kap + r0, c->H * c->T, c->T};
-            if (c->sums) { /* sum exp(s - lse) over this block's visible keys */
-                attn_view fl;
-                ATTN_TRY(attn_view_slice(c->io.flse, 2, r0, r1, 1, &fl));
-                attn__sdpa_lse_sums(&pl, &qv, &kv, &vv, &fl, rows_kap, w + c->off[W_SDPA],
-                                    c->sdpa_ws);
-            } else if (!c->bwd) {
-                attn_view ov;
-                double *pm = (double *)(w + c->off[W_X1]), *pl_ = pm + bht;
-                ATTN_TRY(attn_view_init(&ov, c->dt, w + c->off[W_X0], 4,
-                                        (int64_t[]){c->B, c->H, m, c->Dv}));
-                attn__sdpa_run_ml(&pl, &qv, &kv, &vv, &ov, (attn__rows_f64){pm, c->H * m, m},
-                                  (attn__rows_f64){pl_, c->H * m, m}, w + c->off[W_SDPA],
-                                  c->sdpa_ws);
-                if (c->dt == ATTN_F32)
-                    merge_f32(c->io.out, run, run + bht, ov.data, pm, pl_, r0, m);
-                else
-                    merge_f64(c->io.out, run, run + bht, ov.data, pm, pl_, r0, m);
-            } else {
-                attn_view fo, fl, dov, dqv, gk, gv;
-                ATTN_TRY(attn_view_slice(c->io.fout, 2, r0, r1, 1, &fo));
-                ATTN_TRY(attn_view_slice(c->io.flse, 2, r0, r1, 1, &fl));
-                ATTN_TRY(attn_view_slice(c->io.dout, 2, r0, r1, 1, &dov));
-                if (c->io.dq)
-                    ATTN_TRY(attn_view_slice(c->io.dq, 2, r0, r1, 1, &dqv));
-                ATTN_TRY(attn_view_slice(&gkb, 2, 0, nkm, 1, &gk));
-                ATTN_TRY(attn_view_slice(&gvb, 2, 0, nkm, 1, &gv));
-                /* the corrections of rows whose lse is inexact come from every rank's keys */
-                attn__sdpa_backward_run_kappa(&pl, &qv, &kv, &vv, &fo, &fl, &dov,
-                                              c->io.dq ? &dqv : NULL, &gk, &gv, rows_kap,
-                                              w + c->off[W_SDPA], c->sdpa_ws);
-            }
+            ATTN_TRY(attend_rows(c, w, &pl, &qv, &kv, &vv, &gkb, &gvb, 0, nkm, r0, m));
             *computed = true;
             int done;
             if (req && MPI_Testall(4, req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
@@ -600,7 +628,8 @@ static attn_status ring_loop(const ring_ctx *c, char *w, attn_ring_stats *st, in
                 memset(gdst, 0, (size_t)n_src * c->es);
             double tc = now();
             if (s == ATTN_OK)
-                s = attend_block(c, w, src, kvb[cur], gdst, xfer ? req : NULL, &computed);
+                s = (c->variant ? attend_block_var : attend_block)(
+                    c, w, src, kvb[cur], gdst, xfer ? req : NULL, &computed);
             st->compute_seconds += now() - tc;
             if (s == ATTN_EMPI) {
                 drop_requests(req, 4);
@@ -686,6 +715,17 @@ static attn_status ring_call(MPI_Comm comm, bool bwd, const attn_view *q, const 
                 s = ring_loop(&c, w, &st, &own);
                 c.sums = false, c.bwd = true;
                 s = agree(c.comm, s);
+                for (int64_t b = 0; c.o->sinks && b < c.B; ++b) /* the sink's share */
+                    for (int64_t h = 0; h < c.H; ++h)
+                        for (int64_t i = 0; i < c.T; ++i) {
+                            double L = (double)(c.dt == ATTN_F32 ? *row_f32(io->flse, b, h, i)
+                                                                 : *row_f64(io->flse, b, h, i));
+                            if (attn__sdpa_lse_inexact(c.dt, L))
+                                kap[(b * c.H + h) * c.T + i] +=
+                                    c.dt == ATTN_F32
+                                        ? sink_share_f32(c.o->sinks, io->flse, b, h, i)
+                                        : sink_share_f64(c.o->sinks, io->flse, b, h, i);
+                        }
                 for (int64_t i = 0; i < bht; ++i)
                     kap[i] = kap[i] > 0 || kap[i] != kap[i] ? log(kap[i]) : 0;
                 attn_view kb2, vb2; /* the ring left another rank's block in hand */
@@ -697,6 +737,30 @@ static attn_status ring_call(MPI_Comm comm, bool bwd, const attn_view *q, const 
         if (s == ATTN_OK)
             s = ring_loop(&c, w, &st, &own);
         s = agree(c.comm, s);
+    }
+    if (s == ATTN_OK && !bwd && c.o->sinks) { /* the sinks join each row's sum once */
+        if (c.dt == ATTN_F32)
+            sink_rows_f32(io->out, run, run + c.B * c.H * c.T, c.o->sinks);
+        else
+            sink_rows_f64(io->out, run, run + c.B * c.H * c.T, c.o->sinks);
+    }
+    if (s == ATTN_OK && bwd && c.o->dsinks) { /* every rank's rows: one sum */
+        double *part = (double *)(w + c.off[W_KLEN]) + c.B;
+        if (c.dt == ATTN_F32)
+            dsinks_part_f32(c.o->sinks, io->flse, io->fout, io->dout, part);
+        else
+            dsinks_part_f64(c.o->sinks, io->flse, io->fout, io->dout, part);
+        if (MPI_Allreduce(MPI_IN_PLACE, part, (int)c.H, MPI_DOUBLE, MPI_SUM, c.comm) !=
+            MPI_SUCCESS)
+            s = ATTN_EMPI;
+        s = agree(c.comm, s);
+        for (int64_t h = 0; s == ATTN_OK && h < c.H; ++h) {
+            void *e = attn__elem(c.o->dsinks, &h);
+            if (c.dt == ATTN_F32)
+                *(float *)e = (float)((double)*(float *)e + part[h]);
+            else
+                *(double *)e += part[h];
+        }
     }
     if (s == ATTN_OK && !bwd && io->lse) {
         if (c.dt == ATTN_F32)

@@ -55,3 +55,55 @@ static void SFX(store_lse)(const attn_view *lse, const double *rm, const double 
             }
         }
 }
+
+/*
+ * The sinks at the end of the forward, on the running (m, l) (B, H, T) and out:
+ * with M = max(m, sink_h), a = l e^{m - M}, c = e^{sink_h - M}: out *= a / (a + c),
+ * (m, l) := (M, a + c). A row that saw no key keeps out 0 and gets (sink_h, 1).
+ */
+static void SFX(sink_rows)(const attn_view *out, double *rm, double *rl,
+                           const attn_view *sinks) {
+    int64_t H = out->shape[1], Tr = out->shape[2], Dv = out->shape[3], sd = out->stride[3];
+    for (int64_t b = 0; b < out->shape[0]; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            double sink = (double)*(const T *)attn__elem(sinks, &h);
+            for (int64_t i = 0; i < Tr; ++i) {
+                int64_t at = (b * H + h) * Tr + i;
+                double m = rm[at], l = rl[at];
+                if (l == 0) {
+                    rm[at] = sink, rl[at] = 1;
+                    continue;
+                }
+                double M = m > sink ? m : sink, a = l * exp(m - M), e = exp(sink - M);
+                T *o = SFX(row)(out, b, h, i);
+                for (int64_t d = 0; d < Dv; ++d)
+                    o[d * sd] = (T)((double)o[d * sd] * (a / (a + e)));
+                rm[at] = M, rl[at] = a + e;
+            }
+        }
+}
+
+/*
+ * Row (b, h, i)'s sink share e^{sink_h - lse_bhi} (the backward), and this rank's part of
+ * dL/dsinks: part[h] -= e^{sink_h - lse} (dout . out) over the local rows.
+ */
+static double SFX(sink_share)(const attn_view *sinks, const attn_view *lse, int64_t b,
+                              int64_t h, int64_t i) {
+    double sink = (double)*(const T *)attn__elem(sinks, &h);
+    return exp(sink - (double)*SFX(row)(lse, b, h, i));
+}
+static void SFX(dsinks_part)(const attn_view *sinks, const attn_view *lse, const attn_view *out,
+                             const attn_view *dout, double *part) {
+    int64_t H = out->shape[1], Dv = out->shape[3];
+    for (int64_t h = 0; h < H; ++h)
+        part[h] = 0;
+    for (int64_t b = 0; b < out->shape[0]; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < out->shape[2]; ++i) {
+                const T *o = SFX(row)(out, b, h, i), *g = SFX(row)(dout, b, h, i);
+                double delta = 0;
+                for (int64_t d = 0; d < Dv; ++d)
+                    delta += (double)o[d * out->stride[3]] * (double)g[d * dout->stride[3]];
+                part[h] -= SFX(sink_share)(sinks, lse, b, h, i) * delta;
+            }
+}

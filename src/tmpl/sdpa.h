@@ -5,44 +5,38 @@
 #if T_IS_F32
 #define SDPA_VEXP_TAIL attn__vexp_tail_f32
 #define SDPA_FINITE    attn__finite_f32
-#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f32
-#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f32
 #else
 #define SDPA_VEXP_TAIL attn__vexp_tail_f64
 #define SDPA_FINITE    attn__finite_f64
-#define SDPA_BIAS_ROW  attn__sdpa_bias_row_f64
-#define SDPA_KEEP_ROW  attn__sdpa_keep_row_f64
 #endif
 
+#include "tmpl/mask.h"
+
 /*
- * Bias and keep on the visible part of score row i (keys j0 .. j0 + lim, all
- * below key_limit(i)): s += bias; s = -inf where keep == 0. One pass over the
- * row while it is in L1; the tail past lim is the caller's (-inf for the
- * trace, 0 written by SDPA_VEXP_TAIL in the forward and the backward).
+ * The transforms, bias and keep on the visible part of score row i (keys j0 ..
+ * j0 + lim, all below key_limit(i)), by the shared rule (tmpl/mask.h), while
+ * the row is in L1; keys of the part below the row's first visible key (a
+ * window, a packed sequence) become -inf. The tail past lim is the caller's
+ * (-inf for the trace, 0 written by SDPA_VEXP_TAIL in the forward and the
+ * backward).
  */
 static void SFX(mask_row)(const attn__sdpa_plan *p, int64_t b, int64_t h, int64_t i, int64_t j0,
                           int64_t lim, T *sr) {
-    if (p->has_bias) {
-        const T *br = (const T *)attn__at4(&p->bias, b, h, i, j0);
-        int64_t sj = p->bias.stride[3];
-        /* a -inf bias masks, even a NaN score (a NaN key it hides stays hidden) */
-        if (sj == 1)
-            SDPA_BIAS_ROW(sr, br, lim);
-        else
-            for (int64_t c = 0; c < lim; ++c) {
-                T bv = br[c * sj];
-                sr[c] = bv == (T)-INFINITY ? bv : sr[c] + bv;
-            }
+    attn__score_xf xf, *xp = NULL;
+    int64_t a = 0;
+    if (p->variant) {
+        attn__sdpa_row rw = attn__sdpa_row_of(p, b, i);
+        a = rw.lo - j0;
+        a = a < 0 ? 0 : a > lim ? lim : a;
+        for (int64_t c = 0; c < a; ++c)
+            sr[c] = (T)-INFINITY;
+        xf = (attn__score_xf){p->softcap, attn__sdpa_slope(p, h), rw.pos - (j0 + a - rw.key0)};
+        xp = &xf;
     }
-    if (p->has_keep) {
-        const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, j0);
-        int64_t sj = p->keep.stride[3];
-        if (sj == 1)
-            SDPA_KEEP_ROW(sr, kr, lim);
-        else
-            for (int64_t c = 0; c < lim; ++c)
-                sr[c] = kr[c * sj] ? sr[c] : (T)-INFINITY;
-    }
+    const T *br = p->has_bias ? (const T *)attn__at4(&p->bias, b, h, i, j0 + a) : NULL;
+    const uint8_t *kr =
+        p->has_keep ? (const uint8_t *)attn__at4(&p->keep, b, h, i, j0 + a) : NULL;
+    SFX(attn_mask_scores)(sr + a, lim - a, xp, br, p->bias.stride[3], kr, p->keep.stride[3]);
 }
 
 /* The visible length of row i0 + r in the key tile j0 .. j0 + cols. */
@@ -93,9 +87,9 @@ static void SFX(fwd_tile)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         T mt = T_VMAX(sr, lim);
         T mn = mt > m[r] ? mt : m[r];
         if (mn == (T)-INFINITY) {                /* nothing visible yet: P row = 0 */
-            for (int64_t c2 = 0; c2 < lim; ++c2) /* VMAX skips NaN: it must poison l */
-                if (sr[c2] != sr[c2])
-                    l[r] = sr[c2];
+            T nan = SFX(attn_mask_nan)(sr, lim); /* VMAX skips NaN: it must poison l */
+            if (nan != 0)
+                l[r] = nan;
             memset(sr, 0, (size_t)cols * sizeof(T));
             continue;
         }
@@ -138,10 +132,13 @@ static void SFX(fwd_tile)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
  * acc = sum_j exp(s_j - m) v_j, rescaled by exp(m_old - m_new) when m grows.
  * The MATERIALIZED algorithm is the same loop with one tile of whole rows
  * (bk = Tk), after which the tile holds the unnormalized weights.
- * A tile that the causal diagonal (or kv_len) cuts, where the first row sees fewer
- * keys than the last, is done in slices of ATTN__SDPA_DIAG_ROWS rows, each against
- * only the keys its last row sees: at bq 256 that cuts the products wasted on hidden
- * keys from 128 per row on average (bq / 2) to 32.
+ * A tile that the causal diagonal (or kv_len, a window's edges, a packed sequence's
+ * end) cuts, where the rows do not all see all of it, is done in slices of
+ * ATTN__SDPA_DIAG_ROWS rows (cut also where a packed sequence ends), each against
+ * only the keys from its first row's first visible key (TILED) to its last row's
+ * last: at bq 256 that cuts the products wasted on hidden keys from 128 per row on
+ * average (bq / 2) to 32. The tiles run from the first row's first visible key to
+ * the last row's last, so a window of W keys costs O(W) tiles per query block.
  */
 static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0, int64_t jlo,
                               int64_t jhi, const fwd_piece *piece, char *wsp, bool checked) {
@@ -150,8 +147,10 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
     int64_t lds = p->bk, Dv = p->Dv;
     T *s = (T *)(wsp + c->off_s), *acc = (T *)(wsp + c->off_acc);
     T *m = (T *)(wsp + c->off_m), *l = (T *)(wsp + c->off_l);
-    /* key_limit grows with i: the last row sees the most keys */
-    int64_t khi = attn__sdpa_key_limit(p, b, i0 + rows - 1);
+    /* the visible keys grow with i: [first row's lo, last row's hi) holds them all */
+    attn__sdpa_row first = attn__sdpa_row_of(p, b, i0),
+                   last = attn__sdpa_row_of(p, b, i0 + rows - 1);
+    int64_t klo = p->tiled && first.lo > jlo ? first.lo : jlo, khi = last.hi;
     if (khi > jhi) /* a key-split piece sees keys [jlo, jhi) */
         khi = jhi;
     bool any = false; /* acc has been written */
@@ -159,17 +158,24 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
         m[r] = (T)-INFINITY;
         l[r] = 0;
     }
-    for (int64_t j0 = jlo; j0 < khi; j0 += p->bk) {
+    for (int64_t j0 = klo; j0 < khi; j0 += p->bk) {
         int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk;
         if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
             continue; /* a fully masked tile costs nothing */
-        int64_t slice = rows;
-        if (rows > ATTN__SDPA_DIAG_ROWS && SFX(row_lim)(p, b, i0, j0, cols) < cols)
-            slice = ATTN__SDPA_DIAG_ROWS;
-        for (int64_t r0 = 0; r0 < rows; r0 += slice) {
-            int64_t n = rows - r0 < slice ? rows - r0 : slice;
-            int64_t nc = slice == rows ? cols : SFX(row_lim)(p, b, i0 + r0 + n - 1, j0, cols);
-            SFX(fwd_tile)(c, b, h, i0, r0, n, j0, nc, wsp, any, checked);
+        /* every row sees the whole tile (then one sequence): one product */
+        bool whole = first.lo <= j0 && first.hi >= j0 + cols && last.lo <= j0;
+        for (int64_t r0 = 0, n; r0 < rows; r0 += n) {
+            n = rows - r0;
+            int64_t s0 = j0, s1 = j0 + cols;
+            if (!whole) {
+                attn__sdpa_row a = attn__sdpa_row_of(p, b, i0 + r0);
+                n = n < ATTN__SDPA_DIAG_ROWS ? n : ATTN__SDPA_DIAG_ROWS;
+                n = n < a.qend - (i0 + r0) ? n : a.qend - (i0 + r0);
+                attn__sdpa_row z = attn__sdpa_row_of(p, b, i0 + r0 + n - 1);
+                s0 = p->tiled && a.lo > j0 ? a.lo : j0; /* materialized: whole rows from 0 */
+                s1 = z.hi < s1 ? z.hi : s1;
+            }
+            SFX(fwd_tile)(c, b, h, i0, r0, n, s0, s1 > s0 ? s1 - s0 : 0, wsp, any, checked);
         }
         any = true;
     }
@@ -180,10 +186,18 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
      */
     if (!checked && any && !SDPA_FINITE(acc, rows * Dv))
         return false;
-    /* out = acc / l; lse = m + log(l); a row that saw no key: 0 and LSE_EMPTY */
+    /* out = acc / l; lse = m + log(l) (with a sink: attn__sdpa_finish); a row that saw no
+       key: 0 and LSE_EMPTY, or the sink */
+    double sink = piece ? -INFINITY : attn__sdpa_sink(p, h), lse_r;
+    T empty = (T)(p->has_sinks ? sink : ATTN__SDPA_LSE_EMPTY);
     for (int64_t r = 0; r < rows; ++r) {
         bool live = any && !(l[r] <= 0); /* a NaN l (NaN score) propagates, never 0 */
-        T inv = live ? 1 / l[r] : 0;
+        double invd = 0;
+        if (live && (p->has_sinks || c->lse))
+            attn__sdpa_finish((double)m[r], (double)l[r], sink, &invd, &lse_r);
+        else if (live) /* no lse wanted: no log */
+            invd = 1.0 / (double)l[r];
+        T inv = (T)invd;
         if (piece) { /* a key chunk: its normalized partial out and statistics, merged later */
             T *po = (T *)piece->o + r * Dv;
             for (int64_t d = 0; d < Dv; ++d)
@@ -197,8 +211,7 @@ static bool SFX(fwd_task_run)(const fwd_ctx *c, int64_t b, int64_t h, int64_t i0
         for (int64_t d = 0; d < Dv; ++d)
             orow[d * so] = live ? acc[r * Dv + d] * inv : 0;
         if (c->lse)
-            *(T *)attn__at3(c->lse, b, h, i0 + r) =
-                live ? (T)((double)m[r] + log((double)l[r])) : (T)ATTN__SDPA_LSE_EMPTY;
+            *(T *)attn__at3(c->lse, b, h, i0 + r) = live ? (T)lse_r : empty;
         if (c->mo.base) { /* the exact statistics, for merging (ring attention) */
             int64_t at = b * c->mo.s0 + h * c->mo.s1 + i0 + r;
             c->mo.base[at] = live ? (double)m[r] : -INFINITY;
@@ -248,12 +261,18 @@ static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work
             (orow, so, &rm, &rl, (const T *)at + r * Dv, pm[r], pl[r], Dv);
         }
         bool live = rl != 0; /* NaN (a NaN score) propagates */
+        double sink = attn__sdpa_sink(p, h), inv = 0, lse = sink;
         if (!live)
             for (int64_t d = 0; d < Dv; ++d)
                 orow[d * so] = 0;
+        else
+            attn__sdpa_finish(rm, rl, sink, &inv, &lse);
+        if (live && p->has_sinks) /* the merged out is acc / rl: rescale by rl inv */
+            for (int64_t d = 0; d < Dv; ++d)
+                orow[d * so] = (T)((double)orow[d * so] * (rl * inv));
         if (c->lse)
             *(T *)attn__at3(c->lse, b, h, i0 + r) =
-                live ? (T)(rm + log(rl)) : (T)ATTN__SDPA_LSE_EMPTY;
+                live || p->has_sinks ? (T)lse : (T)ATTN__SDPA_LSE_EMPTY;
         if (c->mo.base) {
             c->mo.base[b * c->mo.s0 + h * c->mo.s1 + i0 + r] = live ? rm : -INFINITY;
             c->lo.base[b * c->lo.s0 + h * c->lo.s1 + i0 + r] = live ? rl : 0.0;
@@ -263,5 +282,3 @@ static void SFX(fwd_merge)(const fwd_ctx *c, int64_t nqb, int64_t tb, void *work
 
 #undef SDPA_VEXP_TAIL
 #undef SDPA_FINITE
-#undef SDPA_BIAS_ROW
-#undef SDPA_KEEP_ROW

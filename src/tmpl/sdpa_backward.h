@@ -84,6 +84,10 @@ static void SFX(bwd_kappa)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, i
     if (!any)
         return;
     SFX(bwd_row_sums)(c, b, h, i0, rows, wsp, flag, kap, 1);
+    double sink = attn__sdpa_sink(p, h); /* its share of the row: e^{sink - lse} */
+    for (int64_t r = 0; r < rows; ++r)
+        if (flag[r] && p->has_sinks)
+            kap[r] += exp(sink - (double)*(const T *)attn__at3(c->lse, b, h, i0 + r));
     for (int64_t r = 0; r < rows; ++r)
         if (flag[r]) {
             if (kap[r] > 0 || kap[r] != kap[r])
@@ -114,10 +118,12 @@ static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i
 #define SDPA_VEXP_TAIL attn__vexp_tail_f32
 #define SDPA_FINITE    attn__finite_f32
 #define SDPA_DS        attn__sdpa_ds_f32
+#define SDPA_TANH      tanhf
 #else
 #define SDPA_VEXP_TAIL attn__vexp_tail_f64
 #define SDPA_FINITE    attn__finite_f64
 #define SDPA_DS        attn__sdpa_ds_f64
+#define SDPA_TANH      tanh
 #endif
 
 #include "tmpl/view_finite.h"
@@ -130,7 +136,7 @@ static void SFX(bwd_sums_task)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i
  */
 static void SFX(bwd_tile_exact)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0,
                                 int64_t rows, int64_t j0, int64_t cols, unsigned want,
-                                const T *P, int64_t lds) {
+                                const T *P, const T *G, int64_t lds) {
     const attn__sdpa_plan *p = c->p;
     int64_t hk = h / p->group, D = p->D, Dv = p->Dv;
     const attn_view *q = c->q, *k = c->k, *v = c->v, *o = c->out, *g = c->dout;
@@ -155,6 +161,8 @@ static void SFX(bwd_tile_exact)(const bwd_ctx *c, int64_t b, int64_t h, int64_t 
                 }
             }
             double ds = (T)(pr * (dp - delta)) * p->scale;
+            if (G) /* softcap: d(cap tanh(u / cap)) / du */
+                ds *= (double)G[r * lds + jj];
             for (int64_t d = 0; d < D; ++d) {
                 if (want & WANT_DK) {
                     T *dkp = (T *)attn__at4(c->dk, b, hk, j, d);
@@ -179,9 +187,12 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
     if (j0 >= khi)
         return;
     int64_t cols = khi - j0 < p->bk ? khi - j0 : p->bk, lds = p->bk, hk = h / p->group;
+    if (p->variant && j0 + cols <= attn__sdpa_row_of(p, b, i0).lo)
+        return; /* left of the first row's window, or of its packed sequence */
     if (p->has_keep && !attn__sdpa_keep_any(p, b, h, i0, rows, j0, cols))
         return;
     T *P = (T *)(wsp + c->off_p), *dS = (T *)(wsp + c->off_ds);
+    T *G = p->softcap > 0 ? (T *)(wsp + c->off_g) : NULL;
     void *gw = c->gws ? wsp + c->off_gw : NULL;
     const double *kap;
     const unsigned char *flag;
@@ -193,6 +204,13 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         lim = lim < 0 ? 0 : lim > cols ? cols : lim;
         T lse = *(const T *)attn__at3(c->lse, b, h, i0 + r);
         T *pr = P + r * lds;
+        if (G) { /* softcap's derivative 1 - tanh^2(u / cap), from the raw score u */
+            T cap = (T)p->softcap, *gr = G + r * lds;
+            for (int64_t j = 0; j < lim; ++j) {
+                T t = SDPA_TANH(pr[j] / cap);
+                gr[j] = 1 - t * t;
+            }
+        }
         attn__sdpa_mask_row(p, b, h, i0 + r, j0, lim, pr);
         if (flag[r]) { /* exact at any magnitude: s - lse (exact in T), minus the correction */
             for (int64_t j = 0; j < lim; ++j)
@@ -213,7 +231,7 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
         if (!SFX(view_finite)(&dov) || !SFX(view_finite)(&vt) || !SFX(view_finite)(&ot) ||
             ((want & WANT_DK) && !SFX(view_finite)(&qt)) ||
             ((want & WANT_DQ) && !SFX(view_finite)(&kt))) {
-            SFX(bwd_tile_exact)(c, b, h, i0, rows, j0, cols, want, P, lds);
+            SFX(bwd_tile_exact)(c, b, h, i0, rows, j0, cols, want, P, G, lds);
             return;
         }
     }
@@ -235,6 +253,14 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
             delta += (double)orow[d * so] * (double)drow[d * sd];
         /* dS = P (dP - delta); a zero weight is an exact zero */
         SDPA_DS(P + r * lds, dS + r * lds, cols, (T)delta);
+        if (G) { /* softcap: dU = dS (1 - tanh^2); only where P != 0 (G is junk elsewhere) */
+            int64_t lim = attn__sdpa_key_limit(p, b, i0 + r) - j0;
+            lim = lim < 0 ? 0 : lim > cols ? cols : lim;
+            T *dr = dS + r * lds;
+            const T *gr = G + r * lds, *pr = P + r * lds;
+            for (int64_t j = 0; j < lim; ++j)
+                dr[j] = pr[j] != 0 ? dr[j] * gr[j] : dr[j];
+        }
     }
     if (want & WANT_DK) {
         attn_view qt = attn__sdpa_rows(c->q, b, h, i0, rows);
@@ -252,3 +278,4 @@ static void SFX(bwd_tile)(const bwd_ctx *c, int64_t b, int64_t h, int64_t i0, in
 #undef SDPA_VEXP_TAIL
 #undef SDPA_FINITE
 #undef SDPA_DS
+#undef SDPA_TANH

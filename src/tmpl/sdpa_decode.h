@@ -184,14 +184,50 @@ static void SFX(axpys_strided)(T *acc, const T *p, const T *v, int64_t ldv, int6
             acc[d] += p[j] * v[j * ldv + d * sv];
 }
 
-/* Keys [0, limit) row i of batch b may see. */
+/*
+ * acc += sum_j p[j] v_j over the keys with p[j] != 0 only: with keep or bias a masked
+ * key inside the row's range has weight exactly 0, and 0 * (NaN or inf in its v) must
+ * not reach the row (docs/numerics.md "Masked positions and NaN").
+ */
+static void SFX(axpys_skip)(T *acc, const T *p, const T *v, int64_t ldv, int64_t sv, int64_t n,
+                            int64_t D) {
+    for (int64_t j = 0; j < n; ++j) {
+        if (p[j] == 0)
+            continue;
+        const T *vj = v + j * ldv;
+        T pj = p[j];
+        if (sv == 1)
+            for (int64_t d = 0; d < D; ++d)
+                acc[d] += pj * vj[d];
+        else
+            for (int64_t d = 0; d < D; ++d)
+                acc[d] += pj * vj[d * sv];
+    }
+}
+
+#include "tmpl/mask.h"
+
+/* Element h of a (H) view of the plan's dtype, in double (ALiBi slopes, sinks). */
+static inline double SFX(head_value)(const attn_view *v, int64_t h) {
+    return (double)*(const T *)attn__elem(v, &h);
+}
+
+/* Keys below this limit row i of batch b may see (causal, window, its length). */
 static inline int64_t SFX(row_limit)(const attn__decode_plan *p, int64_t b, int64_t i) {
-    int64_t L = p->klen[b];
+    int64_t L = p->klen[b], pos = p->qpos0[b] + i;
     if (i >= (p->nrows ? p->nrows[b] : p->Tq))
         return 0;
-    if (p->causal && p->qpos0[b] + i + 1 < L)
-        L = p->qpos0[b] + i + 1;
+    if (p->causal && pos + 1 < L)
+        L = pos + 1;
+    if (p->window && p->wr < L - pos - 1)
+        L = pos + p->wr + 1;
     return L < 0 ? 0 : L;
+}
+
+/* The first key row i of batch b may see (a window's left edge; 0 without). */
+static inline int64_t SFX(row_first)(const attn__decode_plan *p, int64_t b, int64_t i) {
+    int64_t pos = p->qpos0[b] + i;
+    return p->window && pos > p->wl ? pos - p->wl : 0;
 }
 
 /*
@@ -231,6 +267,8 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
         khi = lim > khi ? lim : khi;
     }
     khi = khi < j1 ? khi : j1;
+    int64_t klo = SFX(row_first)(p, b, 0); /* a window: no key before the first row's */
+    klo = klo > j0 ? klo : j0;
     if (khi <= j0 && !direct)
         return;
     for (int64_t r = 0; r < R; ++r) {
@@ -243,34 +281,41 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             *vb = (const T *)attn__at4(v, b, hk, 0, 0);
     int64_t ldk = k->stride[2], ldv = v->stride[2];
     bool unit = k->stride[3] == 1 && v->stride[3] == 1;
-    for (int64_t jb = j0; jb < khi; jb += BLK) {
+    for (int64_t jb = klo; jb < khi; jb += BLK) {
         int64_t n = khi - jb < BLK ? khi - jb : BLK;
         for (int64_t r = 0; r < R; ++r) {
             int64_t h = hk * p->G + r / Tq, i = r % Tq;
-            int64_t lim = SFX(row_limit)(p, b, i) - jb;
+            int64_t lim = SFX(row_limit)(p, b, i) - jb, a = SFX(row_first)(p, b, i) - jb;
             lim = lim < 0 ? 0 : lim > n ? n : lim;
-            if (lim == 0)
+            a = a < 0 ? 0 : a;
+            if (lim <= a)
                 continue;
             T *sr = sc + r * BLK;
+            for (int64_t c = 0; c < a; ++c) /* left of the row's window */
+                sr[c] = (T)-INFINITY;
             if (unit)
-                SFX(dots)(qb + r * D, kb + jb * ldk, ldk, lim, D, (T)p->scale, sr);
+                SFX(dots)
+                (qb + r * D, kb + (jb + a) * ldk, ldk, lim - a, D, (T)p->scale, sr + a);
             else
                 SFX(dots_strided)
-            (qb + r * D, kb + jb * ldk, ldk, k->stride[3], lim, D, (T)p->scale, sr);
-            if (p->has_bias) {
-                const T *br = (const T *)attn__at4(&p->bias, b, h, i, jb);
-                for (int64_t c = 0; c < lim; ++c)
-                    sr[c] += br[c * p->bias.stride[3]];
-            }
-            if (p->has_keep) {
-                const uint8_t *kr = (const uint8_t *)attn__at4(&p->keep, b, h, i, jb);
-                for (int64_t c = 0; c < lim; ++c)
-                    sr[c] = kr[c * p->keep.stride[3]] ? sr[c] : (T)-INFINITY;
-            }
+            (qb + r * D, kb + (jb + a) * ldk, ldk, k->stride[3], lim - a, D, (T)p->scale,
+             sr + a);
+            const T *br = p->has_bias ? (const T *)attn__at4(&p->bias, b, h, i, jb + a) : NULL;
+            const uint8_t *kr =
+                p->has_keep ? (const uint8_t *)attn__at4(&p->keep, b, h, i, jb + a) : NULL;
+            attn__score_xf xf = {p->softcap, 0.0, p->qpos0[b] + i - (jb + a)};
+            if (p->has_alibi)
+                xf.slope = SFX(head_value)(&p->alibi, h);
+            SFX(attn_mask_scores)
+            (sr + a, lim - a, &xf, br, p->bias.stride[3], kr, p->keep.stride[3]);
             T mt = T_VMAX(sr, lim);
             T mn = mt > m[r] ? mt : m[r];
-            if (mn == (T)-INFINITY)
-                continue;                               /* nothing visible yet */
+            if (mn == (T)-INFINITY) { /* nothing visible yet; VMAX skips NaN: poison l */
+                T nan = SFX(attn_mask_nan)(sr, lim);
+                if (nan != 0)
+                    l[r] = nan;
+                continue;
+            }
             T sum = T_VEXP_SUM(sr, lim, mn);            /* sr := exp(sr - mn) */
             T corr = (T)exp((double)m[r] - (double)mn); /* 0 when m was -inf */
             l[r] = l[r] * corr + sum;
@@ -278,18 +323,26 @@ static void SFX(split_task)(const attn__decode_plan *p, const attn_view *q, cons
             if (corr != 1)
                 for (int64_t d = 0; d < D; ++d)
                     acc[r * D + d] *= corr;
-            if (unit)
-                SFX(axpys)(acc + r * D, sr, vb + jb * ldv, ldv, lim, D);
+            if (p->has_keep || p->has_bias) /* masked keys inside [a, lim): skip their v */
+                SFX(axpys_skip)
+            (acc + r * D, sr + a, vb + (jb + a) * ldv, ldv, v->stride[3], lim - a, D);
+            else if (unit) /* from the row's first visible key: no 0 * v of a hidden one */
+                SFX(axpys)(acc + r * D, sr + a, vb + (jb + a) * ldv, ldv, lim - a, D);
             else
-                SFX(axpys_strided)(acc + r * D, sr, vb + jb * ldv, ldv, v->stride[3], lim, D);
+                SFX(axpys_strided)
+            (acc + r * D, sr + a, vb + (jb + a) * ldv, ldv, v->stride[3], lim - a, D);
         }
     }
     for (int64_t r = 0; r < R; ++r) {
-        bool live = l[r] > 0; /* else no key: out 0, lse empty */
-        T inv = live ? 1 / l[r] : 0;
-        double lr = live ? (double)m[r] + log((double)l[r]) : ATTN__SDPA_LSE_EMPTY;
+        bool live = !(l[r] <= 0); /* else no key: out 0, lse empty; a NaN l propagates */
+        int64_t h = hk * p->G + r / Tq;
+        double sink = direct && p->has_sinks ? SFX(head_value)(&p->sinks, h) : -INFINITY;
+        double invd = 0, lr = p->has_sinks ? sink : ATTN__SDPA_LSE_EMPTY;
+        if (live)
+            attn__sdpa_finish((double)m[r], (double)l[r], sink, &invd, &lr);
+        T inv = (T)invd;
         if (direct) {
-            int64_t h = hk * p->G + r / Tq, i = r % Tq, so = out->stride[3];
+            int64_t i = r % Tq, so = out->stride[3];
             T *o = (T *)attn__at4(out, b, h, i, 0);
             for (int64_t d = 0; d < D; ++d)
                 o[d * so] = acc[r * D + d] * inv;
@@ -326,10 +379,17 @@ static void SFX(merge_rows)(const attn__decode_plan *p, int64_t b, int64_t hk,
             (o, so, &rm, &rl, part + (slot * (size_t)R + (size_t)r) * (size_t)D, pm[r], pl[r],
              D);
         }
-        if (rl == 0) /* no key in any split: out 0, lse empty */
+        double sink = p->has_sinks ? SFX(head_value)(&p->sinks, h) : -INFINITY, inv = 0,
+               lr = p->has_sinks ? sink : ATTN__SDPA_LSE_EMPTY;
+        if (rl == 0) /* no key in any split: out 0, lse empty (or the sink) */
             for (int64_t d = 0; d < D; ++d)
                 o[d * so] = 0;
+        else
+            attn__sdpa_finish(rm, rl, sink, &inv, &lr);
+        if (rl != 0 && p->has_sinks) /* the merged out is acc / rl: rescale by rl inv */
+            for (int64_t d = 0; d < D; ++d)
+                o[d * so] = (T)((double)o[d * so] * (rl * inv));
         if (lse)
-            *(T *)attn__at3(lse, b, h, i) = (T)(rl == 0 ? ATTN__SDPA_LSE_EMPTY : rm + log(rl));
+            *(T *)attn__at3(lse, b, h, i) = (T)lr;
     }
 }
