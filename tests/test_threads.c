@@ -895,7 +895,7 @@ START_TEST(th_bits_every_thread_count) {
         attn_view cv = bits_view(dt, 4, dk, &seed), co[4];
         for (int c = 0; c < 4; ++c) {
             co[c] = bits_view(dt, 4, dq, NULL);
-            attn_step_opts so = {.threads = counts[c]};
+            attn_decode_opts so = {.threads = counts[c]};
             OK(attn_sdpa_decode(&cq, &ck, &cv, len, true, &so, &co[c], NULL, NULL, 0));
             if (c > 0)
                 bits_same(&co[c], &co[0], "decode", counts[c]);

@@ -101,7 +101,7 @@ typedef struct attn_step_opts {
     const int64_t *n_new;  /* (B) new tokens of batch b, 0 <= n_new[b] <= Tq: rows
                               n_new[b].. of x are padding; NULL = Tq for every batch */
     attn_rope_config rope; /* attn_mha_step only (a decoder takes it from its config) */
-    int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
+    int threads;           /* >= 0; 0 -> the BLAS's count; 1 -> BLAS too (guide "Threads") */
     int64_t split;         /* keys per split of the decode kernel; 0 -> automatic */
     /* attention variants as in attn_sdpa_opts (self-attention only), positions absolute:
        new token i of batch b at len[b] + i, key j at j */
@@ -168,7 +168,7 @@ typedef struct attn_decode_opts {
     const attn_view *keep; /* U8 (B|1, H|1, Tq, Tmax), 1 = may attend; key index is the
                               absolute position in the cache */
     const attn_view *bias; /* additive, q's dtype, same broadcasting and indexing */
-    int threads;           /* >= 0; 0 -> omp_get_max_threads(); 1 -> BLAS too */
+    int threads;           /* >= 0; 0 -> the BLAS's count; 1 -> BLAS too (guide "Threads") */
     int64_t split;         /* keys per split; 0 -> automatic */
     /* attention variants as in attn_sdpa_opts, query row i of batch b at absolute
        position p = len[b] - Tq + i, key j at j */

@@ -236,7 +236,7 @@ typedef struct attn_sdpa_opts {
                                   masked scores; or NULL */
     attn_algo        algo;
     int64_t          block_q, block_k; /* 0 -> tuned defaults */
-    int              threads;  /* 0 -> all cores */
+    int              threads;  /* 0 -> the BLAS's count; 1 -> the calling thread */
     /* attention variants (docs/numerics.md "Attention variants"); all-zero = off */
     bool             window;   /* sliding window on */
     int64_t          window_left, window_right; /* >= 0: key j visible iff
@@ -261,9 +261,9 @@ typedef struct attn_sdpa_opts {
  * broadcasting to (B, H, Tq, Tk) with NumPy's rules (extent 1 or stride 0);
  * kv_len (B) with 0 <= kv_len[b] <= Tk; outputs weights (B, H, Tq, Tk) and
  * lse (B, H, Tq); algo; block_q, block_k (>= 0; 0 -> defaults; block_k
- * applies to TILED); threads (>= 0; 0 -> OpenMP's default thread count,
- * omp_get_max_threads(), serial for small calls; 1 -> the calling thread
- * alone, its BLAS calls included).
+ * applies to TILED); threads (>= 0; 0 -> the BLAS's own thread count,
+ * serial for small calls; 1 -> the calling thread alone, its BLAS calls
+ * included; docs/guide.md "Threads" gives the whole rule).
  * A key is masked out when the causal rule, keep == 0, a -inf bias, or
  * j >= kv_len[b] says so.
  * Variants, for query row i and key j of one (batch, head), with p the

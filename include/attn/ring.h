@@ -63,7 +63,7 @@ typedef struct attn_ring_opts {
                                 padded batches); NULL = all T_r valid */
     attn_view *lse;          /* out (B, H, T_r), q's dtype, natural-log sum-exp of the
                                 scaled masked scores over the global keys; or NULL */
-    int threads;             /* threads of the local attn_sdpa calls; 0 -> all cores */
+    int threads;             /* threads of the local attn_sdpa calls; 0 -> the BLAS's count */
     attn_ring_stats *stats;  /* out, or NULL */
     /* attention variants as in attn_sdpa_opts, positions global (a query's and a key's
        position in the whole sequence); the same on every rank */

@@ -115,7 +115,7 @@ typedef struct attn__qkv {
  * (ATTN_EINVAL), well-formed, one float dtype (ATTN_EDTYPE), 4-D with the
  * shapes above and H % Hkv == 0 (Hkv == 0 only with H == 0) (ATTN_ESHAPE).
  */
-ATTN_HIDDEN attn_status attn__check_qkv(const attn_view *q, const attn_view *k,
+ATTN_FOR_MPI attn_status attn__check_qkv(const attn_view *q, const attn_view *k,
                                         const attn_view *v, attn__qkv *d);
 
 /* What one view argument must be: present if required, ndim dims of the given extents. */
@@ -130,9 +130,9 @@ typedef struct attn__spec {
  * the documented order over all of them: a required view NULL (ATTN_EINVAL),
  * malformed views, dtypes (ATTN_EDTYPE), shapes (ATTN_ESHAPE).
  */
-ATTN_HIDDEN attn_status attn__check_views(attn_dtype dt, const attn__spec *s, int n);
+ATTN_FOR_MPI attn_status attn__check_views(attn_dtype dt, const attn__spec *s, int n);
 /* Outputs: attn__check_views, then attn__check_aliasing against each other and ins. */
-ATTN_HIDDEN attn_status attn__check_outputs(attn_dtype dt, const attn__spec *outs, int nout,
+ATTN_FOR_MPI attn_status attn__check_outputs(attn_dtype dt, const attn__spec *outs, int nout,
                                             const attn_view *const *ins, int nin);
 
 /*
@@ -148,14 +148,14 @@ ATTN_HIDDEN attn_status attn__check_mask(const attn_view *m, attn_dtype dt, int 
  * kernel's len, a step's n_new, a memory's lengths): len NULL is fine, else
  * every len[b], b < n, in [0, hi]; ATTN_ERANGE otherwise (docs/reliability.md).
  */
-ATTN_HIDDEN attn_status attn__check_lengths(const int64_t *len, int64_t n, int64_t hi);
+ATTN_FOR_MPI attn_status attn__check_lengths(const int64_t *len, int64_t n, int64_t hi);
 /*
  * The attention variants every attention entry point takes (attn_sdpa_opts,
  * attn_decode_opts, attn_step_opts): window sizes >= 0, and 0 unless the
  * window is on, softcap finite and >= 0 (ATTN_EINVAL); alibi and sinks NULL
  * or (H) of dtype dt (ATTN_EDTYPE, ATTN_ESHAPE).
  */
-ATTN_HIDDEN attn_status attn__check_variants(attn_dtype dt, int64_t H, bool window, int64_t wl,
+ATTN_FOR_MPI attn_status attn__check_variants(attn_dtype dt, int64_t H, bool window, int64_t wl,
                                              int64_t wr, double softcap, const attn_view *alibi,
                                              const attn_view *sinks);
 /*
@@ -169,7 +169,7 @@ ATTN_HIDDEN attn_status attn__check_offsets(const int64_t *cu, int64_t n, int64_
  * (when the caller passed it) no overlap with the n argument views
  * (ATTN_EALIAS). *owned, when set, is freed by the caller after the run.
  */
-ATTN_HIDDEN attn_status attn__work_take(void **work, size_t *size, size_t need,
+ATTN_FOR_MPI attn_status attn__work_take(void **work, size_t *size, size_t need,
                                         const attn_view *const *args, int n, void **owned);
 
 /*
