@@ -136,9 +136,8 @@ for step in $steps; do
     # The thread-safety suite under ThreadSanitizer. Debian's OpenBLAS is not
     # TSan-instrumented: tests/tsan.supp silences races whose frames are in
     # libopenblas (its own thread server), nothing in attn. die_after_fork=0:
-    # th_fork_child forks after a threaded call, and when a late BLAS helper sent
-    # that call to attn's own pool (a loaded machine), the pool's workers are
-    # alive at the fork; TSan would then refuse the child's new threads.
+    # th_fork_child forks after a threaded call, while threads that call ran on
+    # may still be alive; TSan would then refuse the child's new threads.
     setup clang build-tsan $common -Db_sanitize=thread -Db_lundef=false
     meson compile -C build-tsan tests/test_threads
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 die_after_fork=0 suppressions=$root/tests/tsan.supp" \

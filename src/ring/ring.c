@@ -102,7 +102,7 @@ static void block_views(const ring_ctx *c, void *buf, int64_t T, attn_view *k, a
 }
 
 /* Same sufficient test as the library's outputs use: sorted by |stride|, each axis steps
-   past the span of the inner ones (src/view.c); attn_mpi sees only attn's public API. */
+   past the span of the inner ones (src/core/view.c); attn_mpi sees only attn's public API. */
 static bool self_overlaps(const attn_view *v) {
     if (attn_view_numel(v) <= 1)
         return false;
