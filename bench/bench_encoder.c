@@ -24,49 +24,25 @@
 
 #include "attn/gemm.h"
 #include "attn/layers.h"
+#include "bench_util.h"
 
 #define MAX_N    32
 #define MAX_REPS 200
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, attn_status st) {
     fprintf(stderr, "attn-bench-encoder: %s: %s\n", what, attn_strerror(st));
     exit(1);
 }
 
-static void *alloc64(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? (bytes + 63) / 64 * 64 : 64))
-        return NULL;
-    return p;
-}
-
+/* n floats uniform in [-scale, scale], 64-byte aligned; exits when memory runs out. */
 static float *falloc(size_t n, unsigned seed, float scale) {
-    float *p = alloc64(n * sizeof *p);
+    float *p = bench_alloc64(n * sizeof *p);
     if (!p) {
         fprintf(stderr, "attn-bench-encoder: out of memory\n");
         exit(1);
     }
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; ++i) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        p[i] = scale * ((float)(s >> 40) / 8388608.0f - 1.0f);
-    }
+    bench_fill(p, n, ATTN_F32, scale, seed);
     return p;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
 /* An (out, in) row-major weight at p seen as the (in, out) matrix attn multiplies by. */
@@ -137,17 +113,17 @@ static double gemm_rate(int reps) {
     }
     double t[MAX_REPS];
     for (int i = 0; i <= reps; ++i) {
-        double t0 = now();
+        double t0 = bench_now();
         attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &v[0], &v[1], 0.0, &v[2],
                                    NULL, 0);
         if (st != ATTN_OK)
             die("attn_gemm", st);
         if (i > 0)
-            t[i - 1] = now() - t0;
+            t[i - 1] = bench_now() - t0;
     }
     for (int i = 0; i < 3; ++i)
         free(m[i]);
-    return 2.0 * (double)n * (double)n * (double)n / median(t, reps) / 1e9;
+    return 2.0 * (double)n * (double)n * (double)n / bench_median(t, reps) / 1e9;
 }
 
 int main(int argc, char **argv) {
@@ -240,8 +216,8 @@ int main(int argc, char **argv) {
         size_t wm = attn_mha_workspace_size(&cfg.mha, &x, NULL, &opts, NULL);
         size_t cs = attn_encoder_cache_size(&cfg, B, n);
         size_t wb = attn_encoder_backward_workspace_size(&cfg, &x, &opts);
-        void *work = alloc64(wf > wb ? (wf > wm ? wf : wm) : (wb > wm ? wb : wm));
-        void *cache = alloc64(cs);
+        void *work = bench_alloc64(wf > wb ? (wf > wm ? wf : wm) : (wb > wm ? wb : wm));
+        void *cache = bench_alloc64(cs);
         attn_view cv[15];
         attn_trace tr;
         if (!work || !cache)
@@ -253,23 +229,23 @@ int main(int argc, char **argv) {
             die("cache_bind", st);
         double tf[MAX_REPS], tt[MAX_REPS], tb[MAX_REPS], tm[MAX_REPS];
         for (int i = 0; i < warmup + reps; ++i) {
-            double t0 = now();
+            double t0 = bench_now();
             if ((st = attn_encoder_forward(&cfg, &p, &x, &opts, &o, NULL, work, wf)) != ATTN_OK)
                 die("attn_encoder_forward", st);
-            double t1 = now();
+            double t1 = bench_now();
             if ((st = attn_mha_forward(&cfg.mha, &p.mha, &x, NULL, &opts, &mo, NULL, work,
                                        wm)) != ATTN_OK)
                 die("attn_mha_forward", st);
-            double t2 = now(), t3 = t2, t4 = t2;
+            double t2 = bench_now(), t3 = t2, t4 = t2;
             if (train) {
                 if ((st = attn_encoder_forward(&cfg, &p, &x, &opts, &o, &tr, work, wf)) !=
                     ATTN_OK)
                     die("attn_encoder_forward (cache)", st);
-                t3 = now();
+                t3 = bench_now();
                 if ((st = attn_encoder_backward(&cfg, &p, &x, &opts, &tr, &dout, &dx, &g, work,
                                                 wb)) != ATTN_OK)
                     die("attn_encoder_backward", st);
-                t4 = now();
+                t4 = bench_now();
             }
             if (i >= warmup) {
                 tf[i - warmup] = t1 - t0;
@@ -281,9 +257,9 @@ int main(int argc, char **argv) {
         double lin = 2.0 * (double)B * (double)n * (4.0 * C * C + 2.0 * C * F);
         double att = 4.0 * (double)B * (double)n * (double)n * (double)C * (causal ? 0.5 : 1.0);
         double mf = 2.0 * (double)B * (double)n * 4.0 * C * C + att;
-        double f = median(tf, reps), m = median(tm, reps);
+        double f = bench_median(tf, reps), m = bench_median(tm, reps);
         fprintf(out, "%lld,%.4f,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f\n", (long long)n, 1e3 * f,
-                1e3 * median(tt, reps), 1e3 * median(tb, reps), 1e3 * m, (lin + att) / f / 1e9,
+                1e3 * bench_median(tt, reps), 1e3 * bench_median(tb, reps), 1e3 * m, (lin + att) / f / 1e9,
                 mf / m / 1e9, gref);
         fflush(out);
         free(xm), free(om), free(dm), free(dxm), free(mm), free(work), free(cache);

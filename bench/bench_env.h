@@ -124,7 +124,7 @@ static inline void bench_env_kernel_note(FILE *f, const char *prefix, const benc
     fprintf(f, "%sNOTE: OpenBLAS chose its %s kernels on a CPU with %s: this OpenBLAS does not "
                "know the CPU model.\n%s      Every BLAS figure below is that of the fallback "
                "kernels; setting OPENBLAS_CORETYPE to %s in your\n%s      own environment (or a newer "
-               "OpenBLAS) selects the machine's own (docs/guide.md \"Threads\").\n",
+               "OpenBLAS) selects the machine's own (docs/guide.md \"The BLAS's kernels\").\n",
             prefix, e->blas_core, avx512 ? "AVX-512" : "AVX2", prefix,
             avx512 ? "SkylakeX" : "Haswell", prefix);
 }

@@ -12,33 +12,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 enum { T = 4, C = 4, H = 2, F = 8 };
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* median over 9 rounds of the mean time of `calls` calls of fn */
 static double per_call(attn_status (*fn)(void *), void *ctx, long calls) {
     double r[9];
     for (int k = 0; k < 9; ++k) {
-        double t0 = now_us();
+        double t0 = bench_now();
         for (long i = 0; i < calls; ++i)
             if (fn(ctx) != ATTN_OK) {
                 fprintf(stderr, "attn-bench-overhead: call failed\n");
                 exit(1);
             }
-        r[k] = (now_us() - t0) / (double)calls;
+        r[k] = 1e6 * (bench_now() - t0) / (double)calls;
     }
-    qsort(r, 9, sizeof *r, cmp);
-    return r[4];
+    return bench_median(r, 9);
 }
 
 typedef struct ctx {
@@ -89,8 +79,8 @@ int main(int argc, char **argv) {
     c.ec = (attn_encoder_config){.mha = c.mc,
                                  .ffn = {.dtype = ATTN_F32, .d_model = C, .d_ff = F, .bias = true},
                                  .ln_affine = true};
-    void *mslab = aligned_alloc(64, attn_mha_params_size(&c.mc) + 64);
-    void *eslab = aligned_alloc(64, attn_encoder_params_size(&c.ec) + 64);
+    void *mslab = bench_alloc64(attn_mha_params_size(&c.mc));
+    void *eslab = bench_alloc64(attn_encoder_params_size(&c.ec));
     if (!mslab || !eslab ||
         attn_mha_params_bind(&c.mp, &c.mc, mslab, attn_mha_params_size(&c.mc)) != ATTN_OK ||
         attn_encoder_params_bind(&c.ep, &c.ec, eslab, attn_encoder_params_size(&c.ec)) != ATTN_OK)
@@ -102,7 +92,7 @@ int main(int argc, char **argv) {
     c.ws_enc = attn_encoder_workspace_size(&c.ec, &c.x, NULL, NULL);
     size_t ws = c.ws_sdpa > c.ws_mha ? c.ws_sdpa : c.ws_mha;
     ws = ws > c.ws_enc ? ws : c.ws_enc;
-    c.work = aligned_alloc(64, ws + 64);
+    c.work = bench_alloc64(ws);
     if (!c.work)
         return 1;
     printf("attn %s, T %d, C %d, H %d, F %d, f32, caller workspace\n", attn_version_string(), T,

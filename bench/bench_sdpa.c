@@ -8,44 +8,11 @@
 #include <time.h>
 
 #include "bench_env.h"
+#include "bench_util.h"
 
-static double clock_s(clockid_t id) {
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static double now(void) { return clock_s(CLOCK_MONOTONIC); }
-/* CPU seconds of the whole process: robust to other processes on a shared machine */
-static double cpu(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-static void fill(float *x, size_t n, unsigned *s) {
-    for (size_t i = 0; i < n; ++i) {
-        *s = *s * 1664525u + 1013904223u;
-        x[i] = (float)((*s >> 8) * (2.0 / 16777216.0) - 1.0);
-    }
-}
-
-/* n values in [-1, 1) of dtype dt at x */
+/* n values in [-1, 1] of dtype dt at x; *s numbers the fills, so each gets its own values */
 static void fill_dt(attn_dtype dt, void *x, size_t n, unsigned *s) {
-    if (dt == ATTN_F32) {
-        fill(x, n, s);
-        return;
-    }
-    double *d = x;
-    for (size_t i = 0; i < n; ++i) {
-        *s = *s * 1664525u + 1013904223u;
-        d[i] = (double)(*s >> 8) * (2.0 / 16777216.0) - 1.0;
-    }
+    bench_fill(x, n, dt, 1.0, (*s)++);
 }
 
 static void die(const char *what, attn_status st) {
@@ -65,7 +32,7 @@ static void gemm_ref_init(gemm_ref *g, attn_dtype dt, int64_t n) {
     int64_t sh[2] = {n, n};
     attn_view *v[3] = {&g->a, &g->b, &g->c};
     for (int i = 0; i < 3; ++i) {
-        void *x = malloc(nn * es);
+        void *x = bench_alloc64(nn * es);
         fill_dt(dt, x, nn, &s);
         attn_view_init(v[i], dt, x, 2, sh);
     }
@@ -80,10 +47,10 @@ static void gemm_ref_free(gemm_ref *g) {
 
 /* One reference call: wall seconds, CPU seconds in *cpus. */
 static double gemm_ref_time(gemm_ref *g, double *cpus) {
-    double t0 = now(), c0 = cpu();
+    double t0 = bench_now(), c0 = bench_cpu_now();
     attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1, &g->a, &g->b, 0, &g->c, NULL, 0);
-    *cpus = cpu() - c0;
-    return now() - t0;
+    *cpus = bench_cpu_now() - c0;
+    return bench_now() - t0;
 }
 
 /* Median GFLOP/s (wall; CPU-second rate in *cpu_gf) of `reps` reference calls. */
@@ -91,8 +58,8 @@ static double gemm_gflops(gemm_ref *g, int reps, double *cpu_gf) {
     double t[16], tc[16];
     for (int r = 0; r < reps; ++r)
         t[r] = gemm_ref_time(g, &tc[r]);
-    *cpu_gf = g->flop / median(tc, reps) * 1e-9;
-    return g->flop / median(t, reps) * 1e-9;
+    *cpu_gf = g->flop / bench_median(tc, reps) * 1e-9;
+    return g->flop / bench_median(t, reps) * 1e-9;
 }
 
 /* One timed call: the forward, or the backward from the forward's out and lse. */
@@ -125,16 +92,16 @@ static void time_call(call *c, int reps, double flop, gemm_ref *pair, double *wa
     for (int r = 0; r < reps; ++r) {
         double gc;
         gt[r] = pair ? gemm_ref_time(pair, &gc) : 0;
-        double t0 = now(), c0 = cpu();
+        double t0 = bench_now(), c0 = bench_cpu_now();
         run(c);
-        t[r] = now() - t0;
-        tc[r] = cpu() - c0;
+        t[r] = bench_now() - t0;
+        tc[r] = bench_cpu_now() - c0;
         rt[r] = pair ? (flop / t[r]) / (pair->flop / gt[r]) : 0;
     }
-    *wall = median(t, reps);
-    *cpus = median(tc, reps);
-    *ratio = median(rt, reps);
-    *pair_gf = pair ? pair->flop / median(gt, reps) * 1e-9 : 0;
+    *wall = bench_median(t, reps);
+    *cpus = bench_median(tc, reps);
+    *ratio = bench_median(rt, reps);
+    *pair_gf = pair ? pair->flop / bench_median(gt, reps) * 1e-9 : 0;
 }
 
 static void usage(void) {
@@ -235,7 +202,7 @@ int main(int argc, char **argv) {
             int kv[8] = {0, 1, 1, 0, 0, 0, 1, 1};
             unsigned s = 1;
             for (int i = 0; i < 8; ++i) {
-                buf[i] = malloc((kv[i] ? nk : n) * es);
+                buf[i] = bench_alloc64((kv[i] ? nk : n) * es);
                 fill_dt(dt, buf[i], kv[i] ? nk : n, &s);
                 attn_view_init(views[i], dt, buf[i], 4, kv[i] ? shk : sh);
             }
@@ -273,7 +240,7 @@ int main(int argc, char **argv) {
                     for (c.bwd = 0; c.bwd <= do_bwd; ++c.bwd) {
                         c.ws = c.bwd ? attn_sdpa_backward_workspace_size(&c.q, &c.k, &c.v, &op)
                                      : attn_sdpa_workspace_size(&c.q, &c.k, &c.v, &op);
-                        c.work = aligned_alloc(64, (c.ws + 63) / 64 * 64 + 64);
+                        c.work = bench_alloc64(c.ws);
                         double sec, csec, ratio, pgf;
                         double flop = 4.0 * (double)B * (double)H * (double)T * (double)T *
                                       (double)D * (cz ? 0.5 : 1) * (c.bwd ? 2.5 : 1);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
+
 static int rank, P;
 
 static void usage(void) {
@@ -27,21 +29,8 @@ static void die(const char *what, attn_status st) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void fill(attn_view *v, unsigned s) {
-    int64_t n = attn_view_numel(v);
-    for (int64_t i = 0; i < n; ++i) {
-        s = s * 1664525u + 1013904223u;
-        double x = (s >> 8) * (2.0 / 16777216.0) - 1.0;
-        if (v->dtype == ATTN_F32)
-            ((float *)v->data)[i] = (float)x;
-        else
-            ((double *)v->data)[i] = x;
-    }
+    bench_fill(v->data, (size_t)attn_view_numel(v), v->dtype, 1.0, s);
 }
 
 /*
@@ -191,8 +180,7 @@ int main(int argc, char **argv) {
             sent = st.bytes_sent;
         }
         free(work);
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        double med = t[reps / 2];
+        double med = bench_median(t, reps);
         /* 4 B H n^2 D flops (QK^T and PV) over the whole sequence, half under a causal mask;
            the backward: 10 B H n^2 D (QK^T and dO V^T again, dV, dQ, dK) */
         double flops =

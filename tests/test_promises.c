@@ -1561,7 +1561,7 @@ PR_GROUP(pr_decode, PR_NCASES, PR_DECODE_END)
     tcase_add_test(tc, name##_args), tcase_add_test(tc, name##_alias),                         \
         tcase_add_test(tc, name##_work)
 
-/* ---- regressions: every case of issue 15, as found ---------------------------------- */
+/* ---- regressions: misuse that once got past the checks, one test per case ---------- */
 
 /* Build case `which`, mutate, expect: a compact form of one harness call. */
 #define RG_BEGIN(which, dt)                                                                    \
@@ -1581,7 +1581,7 @@ PR_GROUP(pr_decode, PR_NCASES, PR_DECODE_END)
  * Class A: bad sdpa options through the layers (threads, block_q, block_k -1; scale
  * +-inf, NaN) are ATTN_EINVAL with nothing written: attn_mha_forward with trace views,
  * attn_mha_backward with parameter gradients, attn_encoder_forward with the pre-norm
- * trace, attn_encoder_backward with dx. They wrote 270-3400 bytes first.
+ * trace, attn_encoder_backward with dx.
  */
 START_TEST(rg_layers_bad_options) {
     pr_nfail = 0;
@@ -1607,8 +1607,8 @@ END_TEST
 
 /*
  * Class A: parameter gradients that broadcast (a stride 0) are ATTN_ESTRIDE before any
- * gradient is accumulated: attn_mha_backward accumulated grads.wo and grads.bo first,
- * attn_encoder_backward 27 of its 28 gradient fields.
+ * gradient is accumulated (attn_mha_backward: grads.wo and grads.bo come first;
+ * attn_encoder_backward: every one of its 28 gradient fields).
  */
 START_TEST(rg_layers_gradient_stride0) {
     pr_nfail = 0;
@@ -1632,8 +1632,8 @@ END_TEST
 /*
  * Class A: trace views that are the same object as another output: trace.q ==
  * trace.concat, trace.concat == out (MHA), trace.output == out (encoder),
- * trace.mlp_hidden == out (FFN, shapes permitting: mlp_output here) refused after
- * writing; trace.k == trace.v and trace.q == trace.k returned ATTN_OK with a wrong output.
+ * trace.mlp_hidden == out (FFN, shapes permitting: mlp_output here), trace.k == trace.v
+ * and trace.q == trace.k are ATTN_EALIAS with nothing written.
  */
 START_TEST(rg_layers_trace_same_object) {
     pr_nfail = 0;
@@ -1709,8 +1709,8 @@ static void rg_enc_free(rg_enc *e) { free(e->slab), free(e->gslab), free(e->csla
 
 /*
  * Class A: attn_encoder_backward with work = NULL and a strided FFN weight at
- * d_ff >= 64 said ATTN_EWORKSPACE (after writing grads.ln2_b, post-norm): the nested
- * query assumed unit-stride weights. Now OK, with the unit-stride result.
+ * d_ff >= 64 (post-norm) sizes the nested workspace for the strided weight: ATTN_OK,
+ * with the unit-stride result.
  */
 START_TEST(rg_encoder_backward_strided_weight) {
     enum { B = 2, T = 3, C = 8, F = 64 };
@@ -1763,8 +1763,8 @@ END_TEST
 
 /*
  * Class B: attn_linear_backward and its query divided by zero (slice_of) for an empty
- * x whose leading dims cannot merge, a contiguous (0, 0, 4); reachable through
- * cross-attention backward with B = 0. UBSan trapped; now OK and nothing changes.
+ * x whose leading dims cannot merge, a contiguous (0, 0, 4), reachable through
+ * cross-attention backward with B = 0: ATTN_OK, nothing changes, UBSan clean.
  */
 START_TEST(rg_linear_backward_empty) {
     for (int d = 0; d < 2; ++d) {
@@ -1846,10 +1846,9 @@ START_TEST(rg_linear_backward_empty) {
 END_TEST
 
 /*
- * Class B: a workspace that overlaps an input. attn_sdpa aborted on an assertion in
- * debug builds and, in release with 2 threads, returned ATTN_EALIAS after writing part
- * of out; attn_gemm with its packing workspace overlapping B returned ATTN_OK with a
- * wrong C. Now ATTN_EALIAS with nothing written, for every input and output.
+ * Class B: a workspace that overlaps an input or an output (attn_sdpa; attn_gemm with
+ * its packing workspace overlapping B) is ATTN_EALIAS with nothing written, in debug
+ * and release builds and with 2 threads.
  */
 START_TEST(rg_workspace_overlap) {
     pr_nfail = 0;
@@ -1956,10 +1955,10 @@ static void rg_extreme_case(attn_dtype dt, double offset, double step, int algo,
 }
 
 /*
- * Class C: attn_sdpa_backward recomputed P = exp(S - lse) with lse = m + log l stored in
- * the input dtype: at large |m| the log l term was lost and every visible key got P = 1.
- * f32 with a -1e9 bias row (the padding idiom): dv 4x too large at Tk = 4; f64 logits at
- * +-1e30 or -1e20: 4x; -1e16: 46% error; -1e15: 3-4%. Against the true softmax gradient
+ * Class C: attn_sdpa_backward recomputes P = exp(S - lse); with lse = m + log l stored in
+ * the input dtype, at large |m| the log l term is lost and every visible key would get
+ * P = 1 (dv 4x too large at Tk = 4). f32 with a -1e9 bias row (the padding idiom), f64
+ * logits at +-1e30, -1e20, -1e16, -1e15, against the true softmax gradient
  * (ref_sdpa_backward, double, max-subtracted), both algorithms, several tile widths.
  */
 START_TEST(rg_backward_extreme_logits) {
@@ -2041,9 +2040,9 @@ END_TEST
  * The NaN rule for masked positions (docs/numerics.md): a value stored at a masked
  * position -- a key masked for a query (causal, keep, -inf bias, kv_len), or a query
  * row with no visible key -- never reaches an output or gradient element of a pair that
- * cannot see it, whatever the algorithm, block size and thread count. Before: with
- * causal masking a NaN in v at key 6 made rows 0-5 NaN when a computed tile held key 6;
- * a NaN in q of a fully masked row reached dk.
+ * cannot see it, whatever the algorithm, block size and thread count: with causal
+ * masking a NaN in v at key 6 must leave rows 0-5 finite when a computed tile holds
+ * key 6, and a NaN in q of a fully masked row must not reach dk.
  */
 enum { NR_T = 8, NR_D = 3, NR_DV = 2 };
 /* kind: 0 causal + NaN v[6]; 1 causal + NaN k[6]; 2 key 2 kept from every row + NaN in
@@ -2194,9 +2193,8 @@ START_TEST(rg_kv_len_status) {
 END_TEST
 
 /*
- * Class D: a misaligned slab was ATTN_EINVAL from *_params_bind and ATTN_EWORKSPACE from
- * *_cache_bind. One status for both: ATTN_EINVAL (an invalid argument, whatever its
- * size), the views left untouched.
+ * Class D: a misaligned slab is ATTN_EINVAL from *_params_bind and from *_cache_bind
+ * alike (an invalid argument, whatever its size), the views left untouched.
  */
 START_TEST(rg_slab_alignment_status) {
     static _Alignas(64) unsigned char slab[1 << 16];
@@ -2232,8 +2230,8 @@ START_TEST(rg_slab_alignment_status) {
 END_TEST
 
 /*
- * Class D: a workspace offset by a few bytes was accepted and read misaligned (UBSan:
- * 20 reports in tmpl/sdpa.h and vexp.c). The rule (docs/reliability.md): a workspace
+ * Class D: a workspace offset by a few bytes must not be read misaligned (UBSan watches
+ * tmpl/sdpa.h and vexp.c). The rule (docs/reliability.md): a workspace
  * the call uses must be 8-byte aligned (malloc's is), else ATTN_EINVAL with nothing
  * written; 8-aligned but not 64-aligned gives the aligned result, UBSan clean in CI.
  */
@@ -2259,11 +2257,11 @@ START_TEST(rg_workspace_misaligned) {
 END_TEST
 
 /*
- * Class D: the order of checks. tests/test_gemm's gm_errors expected ATTN_ERANGE but got
- * ATTN_EALIAS in a plain --buildtype=debug build: its 40 GiB Cbig view then overlapped
- * the test's stack arrays and the alias check ran first. The documented order is NULL
- * and malformed views, dtype, shape and range, aliasing, workspace: a call with two
- * faults reports the earlier one, wherever the caller's arrays sit.
+ * Class D: the order of checks. A 40 GiB view (tests/test_gemm's gm_errors) may overlap
+ * the test's stack arrays in a --buildtype=debug build; range comes before aliasing. The
+ * documented order is NULL and malformed views, dtype, shape and range, aliasing,
+ * workspace: a call with two faults reports the earlier one, wherever the caller's
+ * arrays sit.
  */
 START_TEST(rg_check_order) {
     static _Alignas(64) float mem[4096];
@@ -2357,7 +2355,7 @@ int main(void) {
     PR_ADD(tc, pr_decode);
     tcase_add_test(tc, pr_decode_binds);
     suite_add_tcase(s, tc);
-    /* issue 15, class A (the layers validate everything before the first write) */
+    /* class A (the layers validate everything before the first write) */
     tc = tcase_create("regress_layers");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, rg_layers_bad_options);

@@ -825,7 +825,7 @@ START_TEST(ringbw_cases) {
 END_TEST
 
 /*
- * Extreme logits (issue 15): every score exactly -1e9 (f32, the padding idiom) or
+ * Extreme logits: every score exactly -1e9 (f32, the padding idiom) or
  * -1e20 (f64), so that each row's lse in the dtype has lost log l. Uneven blocks make
  * the forward's merge weigh pieces of different sizes; the backward must still give the
  * uniform softmax's gradient (ref_sdpa_backward, double) on every rank.

@@ -8,7 +8,7 @@
 #include "testutil.h"
 
 /*
- * The stated accuracy (docs/benchmarks.md "Encoder block vs PyTorch"): f32 GELU
+ * The stated accuracy (docs/design.md "Row and elementwise kernels"): f32 GELU
  * erf within 7 ulp and GELU tanh within 4 ulp of the formula evaluated in double
  * with libm and rounded to float, over every finite float (subnormal results
  * included). Those maxima come from one exhaustive sweep of all 2^32 bit

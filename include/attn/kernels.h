@@ -287,9 +287,9 @@ typedef struct attn_sdpa_opts {
  * online softmax over block_k-wide key tiles (workspace independent of Tk;
  * tiles past the causal / kv_len limit or fully masked by keep are skipped);
  * AUTO is MATERIALIZED when weights are requested, else TILED. Both run
- * (batch, head, query block) tasks on attn's own thread pool (the calling
- * thread takes tasks too; idle workers sleep after 50 us), each tile
- * product a single-threaded attn_gemm (docs/design.md "Threads and the BLAS").
+ * (batch, head, query block) tasks on the threads docs/guide.md "Threads"
+ * describes (the calling thread takes tasks too), each tile product a
+ * single-threaded attn_gemm.
  * Aliasing: out, weights, lse must not overlap any input or each other.
  * Workspace: attn_sdpa_workspace_size(q, k, v, opts) bytes (it depends on
  * the thread count: query and call with the same opts and OMP_NUM_THREADS);

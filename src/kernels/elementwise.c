@@ -35,7 +35,7 @@ void attn__k_parallel(int64_t ntasks, double flops, void (*fn)(void *, int64_t, 
         fn(ctx, 0, ntasks);
         return;
     }
-    /* four contiguous blocks per thread, claimed one at a time from attn's pool */
+    /* four contiguous blocks per thread, claimed one at a time by the loop's threads */
     k_range r = {ntasks, ntasks < 4 * (int64_t)nt ? ntasks : 4 * (int64_t)nt, fn, ctx};
     attn__parallel_for(nt, r.nblk, k_range_task, &r);
 }
@@ -320,7 +320,7 @@ void attn__fill_bias_run(const attn_view *b, attn_view *y) {
     size_t es = attn_dtype_size(y->dtype);
     for (int k = 0; k < last; ++k)
         rows *= y->shape[k];
-    /* small, unit-stride rows: one memcpy per row, no iterator, no thread pool */
+    /* small, unit-stride rows: one memcpy per row, no iterator, no parallel loop */
     if (b->stride[0] == 1 && y->stride[last] == 1 && rows * n <= 16384) {
         for (int64_t r = 0; r < rows; ++r) {
             int64_t off = 0, q = r;

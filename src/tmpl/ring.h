@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Per-dtype bodies of attn_ring_sdpa (src/ring.c): the lse merge and the output fills. */
+/* Per-dtype bodies of attn_ring_sdpa (src/ring/ring.c): the lse merge and the output fills. */
 
 /* Element (b, h, i, 0) of a 4-D view, or (b, h, i) of a 3-D one, as a T pointer. Integer
    address arithmetic: an empty view may have data NULL (NULL + 0 is UB; fuzz_ring). */

@@ -6,7 +6,7 @@
  * so f32 rows of any length stay within a few ulp. Special rows: a NaN makes
  * the whole row NaN; only -inf (m = -inf) gives zeros; m = +inf gives the
  * limit, the +inf entries sharing weight 1 equally. A contiguous y row takes
- * the vectorized exp of src/vexp.c (f32: relative error about 1e-7).
+ * the vectorized exp of src/kernels/vexp.c (f32: relative error about 1e-7).
  */
 static inline __attribute__((always_inline)) void SFX(softmax_row)(const T *x, int64_t sx, T *y,
                                                                    int64_t sy, int64_t n) {
