@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "bench_util.h"
 #include "read_bandwidth.h"
 
 /*
@@ -30,19 +31,8 @@
  *                          [--h 12] [--d 64] [--hkv H] [--csv FILE]
  */
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
+static double now(void) { return bench_now(); }
+static double median(double *t, int n) { return bench_median(t, n); }
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
@@ -163,8 +153,8 @@ int main(int argc, char **argv) {
         int64_t B = bs[bi];
         for (int64_t Tk = 512; Tk <= tkmax; Tk *= 2) {
             size_t n = (size_t)(B * Hkv * Tk * D), nq = (size_t)(B * H * D);
-            float *k = aligned_alloc(64, n * 4), *v = aligned_alloc(64, n * 4);
-            float *q = aligned_alloc(64, nq * 4), *o = aligned_alloc(64, nq * 4);
+            float *k = bench_alloc64(n * 4), *v = bench_alloc64(n * 4);
+            float *q = bench_alloc64(nq * 4), *o = bench_alloc64(nq * 4);
             if (!k || !v || !q || !o) {
                 fprintf(stderr, "attn-bench-decode: out of memory at B %lld Tk %lld\n",
                         (long long)B, (long long)Tk);
@@ -182,7 +172,7 @@ int main(int argc, char **argv) {
             for (int64_t b = 0; b < B; ++b)
                 len[b] = Tk;
             size_t ws = attn_sdpa_decode_workspace_size(&qv, &kv, &vv, NULL);
-            void *work = aligned_alloc(64, (ws + 63) / 64 * 64);
+            void *work = bench_alloc64(ws);
             attn_status st =
                 attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
             if (st)

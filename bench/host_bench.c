@@ -29,42 +29,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "attn/kernels.h"
 #include "attn/layers.h"
 #include "bench_env.h"
+#include "bench_util.h"
 
 #define MAX_REPS 201
 #define NPROB    8
 #define HOST_N   1024
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
+static double now(void) { return bench_now(); }
 
 static float *falloc(size_t n, unsigned seed) {
-    float *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    float *p = bench_alloc64(n * sizeof(float));
     if (!p) {
         fprintf(stderr, "attn-host-bench: out of memory\n");
         exit(1);
     }
-    for (size_t i = 0; i < n; ++i) {
-        seed = seed * 1664525u + 1013904223u;
-        p[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
-    }
+    bench_fill(p, n, ATTN_F32, 0.5, seed);
     return p;
 }
 
@@ -267,7 +250,7 @@ int main(int argc, char **argv) {
             t[w][r] = run_way(w);
     double med[NWAY], best = INFINITY;
     for (int w = 0; w < NWAY; ++w) {
-        med[w] = median(t[w], reps);
+        med[w] = bench_median(t[w], reps);
         best = med[w] < best ? med[w] : best;
     }
     printf("\n8 sdpa problems (B 1, H 4, T 512, D 64, f32), median of %d rounds\n", reps);
@@ -294,8 +277,8 @@ int main(int argc, char **argv) {
         }
         for (int r = 0; r < reps; ++r)
             b2b[r] = call_run(&c);
-        res[e][0] = median(after, reps);
-        res[e][1] = median(b2b, reps);
+        res[e][0] = bench_median(after, reps);
+        res[e][1] = bench_median(b2b, reps);
         printf("%-22s T %5lld %9.3f %9.3f\n", enc ? "attn_encoder_forward" : "attn_sdpa",
                (long long)T, res[e][0], res[e][1]);
         free(c.buf), free(c.work), free(c.slab);
