@@ -209,7 +209,7 @@ ATTN_FOR_MPI void attn__view_copy_run(const attn_view *src, attn_view *dst);
  * task in [0, ntasks), claimed one at a time in increasing order, on the calling
  * thread (tid 0) and up to nthreads - 1 of the BLAS's threads (tids 1..), every BLAS
  * call in it single-threaded (on the calling thread alone inside an OpenMP region or
- * while another thread's attn call is in flight); tid < nthreads always, so
+ * while another thread's loop has the BLAS's threads); tid < nthreads always, so
  * per-thread scratch can be indexed by it. Returns when every task is done.
  */
 #define ATTN__PARALLEL_MIN_FLOPS 4e6
@@ -226,9 +226,8 @@ ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
 /*
  * A kernel brackets its work with token = attn__one_thread_begin(requested) ...
- * attn__one_thread_end(token): it counts as an attn call in flight, and with
- * requested == 1, or inside an active OpenMP region, every BLAS call in between runs
- * single-threaded on the calling thread.
+ * attn__one_thread_end(token): with requested == 1, or inside an active OpenMP
+ * region, every BLAS call in between runs single-threaded on the calling thread.
  */
 ATTN_HIDDEN int  attn__one_thread_begin(int requested);
 ATTN_HIDDEN void attn__one_thread_end(int token);

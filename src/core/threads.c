@@ -21,8 +21,8 @@
  *    threads: the OpenMP OpenBLAS's own). The calling thread takes tasks too. Every BLAS
  *    call inside the loop is single-threaded. Where neither exists, n is 1.
  * 3. The loop runs on its calling thread alone instead when that thread is inside an
- *    active OpenMP region, or while another thread's attn call is in flight (the BLAS's
- *    threads serve one attn call at a time).
+ *    active OpenMP region, or while another thread's attn loop has the BLAS's threads
+ *    (they serve one attn loop at a time); its products are then as in 5 (or 4).
  * 4. A call with threads = 1, or made inside an active OpenMP region, runs wholly on its
  *    calling thread, its BLAS calls single-threaded too.
  * 5. Any other product outside a loop (projections, FFN, attn_gemm) is one BLAS call,
@@ -121,24 +121,16 @@ static void serial_end(void) {
 #endif
 }
 
-/* attn calls in flight in the process, and on this thread (nested brackets) */
-static atomic_int calls_in_flight;
-static _Thread_local int call_depth;
-
 int attn__one_thread_begin(int requested) {
-    if (call_depth++ == 0)
-        atomic_fetch_add_explicit(&calls_in_flight, 1, memory_order_relaxed);
     if (requested != 1 && !in_omp_region())
-        return 1;
+        return 0;
     serial_begin();
-    return 2;
+    return 1;
 }
 
 void attn__one_thread_end(int token) {
-    if (token == 2)
+    if (token)
         serial_end();
-    if (--call_depth == 0)
-        atomic_fetch_sub_explicit(&calls_in_flight, 1, memory_order_relaxed);
 }
 
 static _Thread_local bool on_server; /* this thread runs attn tasks for OpenBLAS's server */
@@ -162,10 +154,7 @@ int attn__blas_begin(void) {
     return 1;
 }
 
-void attn__blas_end(int token) {
-    if (token)
-        serial_end();
-}
+void attn__blas_end(int token) { attn__one_thread_end(token); }
 
 /* ---- how many threads ------------------------------------------------------------ */
 
@@ -285,14 +274,10 @@ static bool run_in_team(job *j, int n) { (void)j, (void)n; return false; }
 
 static atomic_bool loop_busy; /* the BLAS's threads are running an attn loop */
 
-/* May this loop have the BLAS's threads? Not inside the caller's OpenMP region, not
-   while another thread's attn call is in flight, and not while another loop has them. */
+/* May this loop have the BLAS's threads? Not inside the caller's OpenMP region, and
+   not while another thread's loop has them. */
 static bool take_threads(void) {
-    if (in_omp_region())
-        return false;
-    if (atomic_load_explicit(&calls_in_flight, memory_order_relaxed) > (call_depth > 0))
-        return false;
-    return !atomic_exchange_explicit(&loop_busy, true, memory_order_acquire);
+    return !in_omp_region() && !atomic_exchange_explicit(&loop_busy, true, memory_order_acquire);
 }
 
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
@@ -304,12 +289,12 @@ void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *c
         run_tasks(&j, 0);
         return;
     }
-    serial_begin(); /* before any task runs: every BLAS call in the loop is serial */
     if (take_threads()) {
+        serial_begin(); /* before any task runs: every BLAS call in the loop is serial */
         if (!run_on_server(&j, nthreads))
             (void)run_in_team(&j, nthreads);
+        serial_end();
         atomic_store_explicit(&loop_busy, false, memory_order_release);
     }
     run_tasks(&j, 0); /* what is left: all of it when the loop runs on this thread alone */
-    serial_end();
 }
