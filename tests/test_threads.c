@@ -860,6 +860,29 @@ static void bits_same(const attn_view *a, const attn_view *b, const char *what, 
                   what, threads);
 }
 
+/* A pre-norm GELU encoder block of width C, F 4 C, 4 heads: its config, and its parameters
+   in *slab (free it), filled from seed (scale 0.1). */
+static attn_encoder_params encoder_block(attn_dtype dt, int64_t C, attn_encoder_config *cfg,
+                                         void **slab, uint64_t *seed) {
+    *cfg = (attn_encoder_config){
+        .mha = {.dtype = dt, .d_model = C, .heads = 4, .bias = true},
+        .ffn = {.dtype = dt, .d_model = C, .d_ff = 4 * C, .act = ATTN_ACT_GELU_ERF, .bias = true},
+        .norm = ATTN_PRE_NORM, .ln_affine = true};
+    OK(attn_encoder_config_resolve(cfg, cfg));
+    size_t pb = attn_encoder_params_size(cfg);
+    *slab = aligned_alloc(64, (pb + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(*slab);
+    attn_encoder_params prm;
+    OK(attn_encoder_params_bind(&prm, cfg, *slab, pb));
+    attn_view *pv[] = {&prm.ln1_g, &prm.ln1_b, &prm.mha.wq, &prm.mha.wk, &prm.mha.wv,
+                       &prm.mha.wo, &prm.mha.bq, &prm.mha.bk, &prm.mha.bv, &prm.mha.bo,
+                       &prm.ln2_g, &prm.ln2_b, &prm.ffn.w1, &prm.ffn.b1, &prm.ffn.w2,
+                       &prm.ffn.b2};
+    for (size_t i = 0; i < sizeof pv / sizeof pv[0]; ++i)
+        tu_fill(pv[i], seed, 0.1);
+    return prm;
+}
+
 /* sdpa (tiled with a key split and materialized, causal or not, with lse), decode and the
    encoder block give the same bits for threads 1, 2, 3 and 0 (run under both OpenBLAS
    builds: threads and threads_openmp). */
@@ -904,23 +927,9 @@ START_TEST(th_bits_every_thread_count) {
             free(co[c].data);
         free(cq.data), free(ck.data), free(cv.data);
         /* the encoder block, pre-norm, causal */
-        attn_encoder_config cfg = {
-            .mha = {.dtype = dt, .d_model = 64, .heads = 4, .bias = true},
-            .ffn = {.dtype = dt, .d_model = 64, .d_ff = 128, .act = ATTN_ACT_GELU_ERF,
-                    .bias = true},
-            .norm = ATTN_PRE_NORM, .ln_affine = true};
-        OK(attn_encoder_config_resolve(&cfg, &cfg));
-        size_t pb = attn_encoder_params_size(&cfg);
-        void *slab = aligned_alloc(64, (pb + 63) / 64 * 64);
-        ck_assert_ptr_nonnull(slab);
-        attn_encoder_params prm;
-        OK(attn_encoder_params_bind(&prm, &cfg, slab, pb));
-        attn_view *pv[] = {&prm.ln1_g,  &prm.ln1_b,  &prm.mha.wq, &prm.mha.wk, &prm.mha.wv,
-                           &prm.mha.wo,  &prm.mha.bq, &prm.mha.bk, &prm.mha.bv, &prm.mha.bo,
-                           &prm.ln2_g,  &prm.ln2_b,  &prm.ffn.w1, &prm.ffn.b1, &prm.ffn.w2,
-                           &prm.ffn.b2};
-        for (size_t i = 0; i < sizeof pv / sizeof pv[0]; ++i)
-            tu_fill(pv[i], &seed, 0.1);
+        attn_encoder_config cfg;
+        void *slab;
+        attn_encoder_params prm = encoder_block(dt, 64, &cfg, &slab, &seed);
         int64_t xs[3] = {2, 200, 64};
         attn_view x = bits_view(dt, 3, xs, &seed), y[4];
         for (int c = 0; c < 4; ++c) {
@@ -978,18 +987,9 @@ START_TEST(th_one_thread_blas_too) {
     free(q), free(work);
 
     /* a layer: the encoder block's projections and FFN products too */
-    attn_encoder_config cfg = {
-        .mha = {.dtype = ATTN_F32, .d_model = 256, .heads = 4, .bias = true},
-        .ffn = {.dtype = ATTN_F32, .d_model = 256, .d_ff = 1024, .act = ATTN_ACT_GELU_ERF,
-                .bias = true},
-        .norm = ATTN_PRE_NORM, .ln_affine = true};
-    OK(attn_encoder_config_resolve(&cfg, &cfg));
-    size_t pb = attn_encoder_params_size(&cfg);
-    void *slab = aligned_alloc(64, (pb + 63) / 64 * 64);
-    ck_assert_ptr_nonnull(slab);
-    memset(slab, 0, (pb + 63) / 64 * 64);
-    attn_encoder_params prm;
-    OK(attn_encoder_params_bind(&prm, &cfg, slab, pb));
+    attn_encoder_config cfg;
+    void *slab;
+    attn_encoder_params prm = encoder_block(ATTN_F32, 256, &cfg, &slab, &seed);
     int64_t xs[3] = {1, 256, 256};
     float *xy = calloc(2 * 256 * 256, sizeof *xy);
     ck_assert_ptr_nonnull(xy);
