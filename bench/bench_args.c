@@ -92,10 +92,10 @@ static const int64_t seed_ns[] = {128, 512, 1024, 4096, 16384, 65536};
 
 static const char *const switches[] = {"--help",      "--causal",     "--quick", "--version",
                                        "--tuned-env", "--seed-table", NULL};
-static const char *const valued[] = {
-    "--d",      "--heads", "--ff",   "--batch", "--dtype", "--algo", "--threads", "--reps",
-    "--warmup", "--n",     "--nmin", "--nmax",  "--csv",   "--json", "--plot",    "--window",
-    NULL};
+static const char *const valued[] = {"--d",      "--heads",   "--ff",   "--batch",  "--dtype",
+                                     "--algo",   "--threads", "--reps", "--warmup", "--n",
+                                     "--nmin",   "--nmax",    "--csv",  "--json",   "--plot",
+                                     "--window", NULL};
 
 static bool in_list(const char *s, const char *const *list) {
     for (; *list; ++list)

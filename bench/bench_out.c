@@ -292,8 +292,8 @@ void write_json(const char *path, const result *res, int nres, const options *o,
                 fprintf(f, "\"win_measured_crossover\": null, ");
             else
                 fprintf(f, "\"win_measured_crossover\": %.1f, ", R->xw.n);
-            fprintf(f, "\"win_crossover_kind\": \"%s\",\n     \"win_explanation\": ",
-                    R->xw.kind);
+            fprintf(f,
+                    "\"win_crossover_kind\": \"%s\",\n     \"win_explanation\": ", R->xw.kind);
             json_string(f, R->why_w);
         }
         fprintf(f, ",\n     \"points\": [\n");
@@ -333,7 +333,8 @@ void write_plot(const char *path, const result *res, int nres, int threads) {
     if (!f)
         die(1, "cannot create a temporary file for the plot data");
     for (int r = 0; r < nres; ++r) {
-        for (int i = 0; i < res[r].np; ++i) /* n, linear, attention, block, window's attention */
+        for (int i = 0; i < res[r].np;
+             ++i) /* n, linear, attention, block, window's attention */
             fprintf(f, "%lld %.6g %.6g %.6g %.6g\n", (long long)res[r].pt[i].n,
                     1e3 * res[r].pt[i].t[LIN].med, 1e3 * res[r].pt[i].t[ATT].med,
                     1e3 * res[r].pt[i].t[BLK].med, 1e3 * res[r].pt[i].tw[ATT].med);
