@@ -310,7 +310,8 @@ static double gemm_reference(attn_dtype dt, const options *o) {
  * log-log interpolation of r(n) = log(t_att / t_lin) between the bracketing
  * points. If it never does, extrapolate from the last two points (when r
  * grows); if it already does at the first n, there is no bracket.
- * win: the attention core with the window (its MACs for the rate).
+ * win: the attention core with the window (its MACs for the rate), never
+ * extrapolated: past n = W its time ratio levels off instead of growing.
  */
 static crossover find_crossover(const result *r, bool win) {
     crossover x = {NAN, "none", NAN, NAN};
@@ -326,7 +327,7 @@ static crossover find_crossover(const result *r, bool win) {
         for (int i = 1; i < r->np && i1 < 0; ++i)
             if (lr[i] > 0)
                 i1 = i;
-        if (i1 < 0 && r->np >= 2 && lr[r->np - 1] > lr[r->np - 2])
+        if (i1 < 0 && !win && r->np >= 2 && lr[r->np - 1] > lr[r->np - 2])
             i1 = r->np - 1, x.kind = "extrapolated";
         else if (i1 > 0)
             x.kind = "interpolated";
@@ -409,7 +410,8 @@ static void explain_window(result *r, double peak) {
     } else if (isnan(x->n)) {
         snprintf(r->why_w, sizeof r->why_w,
                  "the windowed attention core stayed faster than the linear part at every n "
-                 "measured (sweep further: --nmax)");
+                 "measured (sweep further: --nmax; its work overtakes at n = %.0f)",
+                 r->theory_w);
     } else if (!strcmp(x->kind, "below-range")) {
         snprintf(r->why_w, sizeof r->why_w,
                  "the windowed attention core is already the slower part at the smallest n "
