@@ -12,6 +12,9 @@
  * attn_ffn_forward; attn_sdpa on (B, H, n, D) head views), plus the layers
  * users call (attn_mha_forward, attn_encoder_forward), and reports where the
  * *times* cross, and why that differs from where the multiply-adds cross.
+ * With --window W the attention core, MHA and block run again with a causal
+ * window of W keys, whose attention work is B d (2 n W - W^2): linear in n past
+ * n = W, so its crossover moves out or disappears (attn_bench.h).
  * The command line is in bench_args.c, the tables and files in bench_out.c.
  */
 #include <errno.h>
@@ -35,6 +38,7 @@
 #define NBUF 9 /* activations: x, q, k, v, att, o, y, mha, out */
 
 const char *const part_key[NPARTS] = {"lin", "attn", "mha", "block"};
+const char *const win_key[NPARTS] = {"win_lin", "win_attn", "win_mha", "win_block"};
 static const char *const part_call[NPARTS] = {"attn_linear/attn_ffn_forward", "attn_sdpa",
                                               "attn_mha_forward", "attn_encoder_forward"};
 
@@ -81,12 +85,13 @@ typedef struct bench {
     attn_encoder_params p;
     void               *slab;
     attn_sdpa_opts      opts;
+    attn_sdpa_opts      wopts; /* opts with the causal window (cfg->window > 0) */
     /* per n: (B, n, C) activations and their (B, H, n, D) head views */
     void     *mem[NBUF];
     attn_view x, q, k, v, att, o, y, mha, out;
     attn_view hq, hk, hv, hatt;
     void     *ws[NPARTS];
-    size_t    wsz[NPARTS];
+    size_t    wsz[NPARTS], wszw[NPARTS]; /* the workspace queries, without and with the window */
     char      why[160]; /* why bench_setup_point failed */
 } bench;
 
@@ -116,6 +121,12 @@ static void bench_init(bench *b, const config *c, const options *o) {
     b->opts.causal = c->causal ? ATTN_CAUSAL_TOP_LEFT : ATTN_CAUSAL_NONE;
     b->opts.algo = o->algo;
     b->opts.threads = o->threads_set ? o->threads : 0; /* 0: attn's own choice, as users get */
+    b->wopts = b->opts;
+    if (c->window > 0) { /* key j visible iff i - (W - 1) <= j <= i: W keys, causal */
+        b->wopts.window = true;
+        b->wopts.window_left = c->window - 1;
+        b->wopts.window_right = 0;
+    }
 }
 
 static void bench_free_point(bench *b) {
@@ -195,26 +206,35 @@ static bool bench_setup_point(bench *b, int64_t n, bool touch) {
     b->wsz[ATT] = attn_sdpa_workspace_size(&b->hq, &b->hk, &b->hv, &b->opts);
     b->wsz[MHA] = attn_mha_workspace_size(&b->ecfg.mha, &b->x, NULL, &b->opts, NULL);
     b->wsz[BLK] = attn_encoder_workspace_size(&b->ecfg, &b->x, &b->opts, NULL);
-    for (int i = 0; i < NPARTS; ++i)
-        total += (double)b->wsz[i];
+    b->wszw[LIN] = b->wsz[LIN];
+    b->wszw[ATT] = attn_sdpa_workspace_size(&b->hq, &b->hk, &b->hv, &b->wopts);
+    b->wszw[MHA] = attn_mha_workspace_size(&b->ecfg.mha, &b->x, NULL, &b->wopts, NULL);
+    b->wszw[BLK] = attn_encoder_workspace_size(&b->ecfg, &b->x, &b->wopts, NULL);
+    size_t alloc[NPARTS]; /* one buffer per part serves both */
+    for (int i = 0; i < NPARTS; ++i) {
+        alloc[i] = b->cfg->window > 0 ? max_size(b->wsz[i], b->wszw[i]) : b->wsz[i];
+        total += (double)alloc[i];
+    }
     if (over_budget(b, total, "activations and workspace"))
         return false;
     for (int i = 0; i < NPARTS; ++i) {
-        if (!(b->ws[i] = bench_alloc64(b->wsz[i]))) {
+        if (!(b->ws[i] = bench_alloc64(alloc[i]))) {
             snprintf(b->why, sizeof b->why, "cannot allocate %.2f GiB of %s workspace",
-                     b->wsz[i] / 1073741824.0, part_call[i]);
+                     alloc[i] / 1073741824.0, part_call[i]);
             return false;
         }
         if (touch)
-            memset(b->ws[i], 0, b->wsz[i]);
+            memset(b->ws[i], 0, alloc[i]);
     }
     return true;
 }
 
-static attn_status run_part(bench *b, int part) {
+/* win: with the causal window (wopts) instead of opts. */
+static attn_status run_part(bench *b, int part, bool win) {
     const attn_mha_params *m = &b->p.mha;
+    const attn_sdpa_opts *so = win ? &b->wopts : &b->opts;
     void *w = b->ws[part];
-    size_t ws = b->wsz[part];
+    size_t ws = win ? b->wszw[part] : b->wsz[part];
     attn_status st = ATTN_OK;
     switch (part) {
     case LIN: /* Q, K, V, O projections and the FFN */
@@ -225,24 +245,27 @@ static attn_status run_part(bench *b, int part) {
             return st;
         return attn_ffn_forward(&b->ecfg.ffn, &b->p.ffn, &b->x, &b->y, NULL, w, ws);
     case ATT: /* softmax(Q K^T / sqrt(D)) V over (B, H, n, D) */
-        return attn_sdpa(&b->hq, &b->hk, &b->hv, &b->opts, &b->hatt, w, ws);
+        return attn_sdpa(&b->hq, &b->hk, &b->hv, so, &b->hatt, w, ws);
     case MHA: /* self-attention layer: projections, sdpa, output projection */
-        return attn_mha_forward(&b->ecfg.mha, m, &b->x, NULL, &b->opts, &b->mha, NULL, w, ws);
+        return attn_mha_forward(&b->ecfg.mha, m, &b->x, NULL, so, &b->mha, NULL, w, ws);
     default:
-        return attn_encoder_forward(&b->ecfg, &b->p, &b->x, &b->opts, &b->out, NULL, w, ws);
+        return attn_encoder_forward(&b->ecfg, &b->p, &b->x, so, &b->out, NULL, w, ws);
     }
 }
 
-static stats time_part(bench *b, int part, const options *o, const char *label) {
+static stats time_part(bench *b, int part, bool win, const options *o, const char *label) {
     double t[MAX_REPS];
+    const char *key = win ? win_key[part] : part_key[part];
     for (int i = 0; i < o->warmup + o->reps; ++i) {
-        progress("%s %s %s %d/%d", label, part_key[part], i < o->warmup ? "warm-up" : "rep",
-                 i < o->warmup ? i + 1 : i - o->warmup + 1, i < o->warmup ? o->warmup : o->reps);
+        progress("%s %s %s %d/%d", label, key, i < o->warmup ? "warm-up" : "rep",
+                 i < o->warmup ? i + 1 : i - o->warmup + 1,
+                 i < o->warmup ? o->warmup : o->reps);
         double t0 = bench_now();
-        attn_status st = run_part(b, part);
+        attn_status st = run_part(b, part, win);
         double t1 = bench_now();
         if (st != ATTN_OK)
-            die(1, "%s: %s: %s", label, part_call[part], attn_strerror(st));
+            die(1, "%s: %s%s: %s", label, part_call[part], win ? " with the window" : "",
+                attn_strerror(st));
         if (i >= o->warmup)
             t[i - o->warmup] = t1 - t0;
     }
@@ -287,12 +310,14 @@ static double gemm_reference(attn_dtype dt, const options *o) {
  * log-log interpolation of r(n) = log(t_att / t_lin) between the bracketing
  * points. If it never does, extrapolate from the last two points (when r
  * grows); if it already does at the first n, there is no bracket.
+ * win: the attention core with the window (its MACs for the rate), never
+ * extrapolated: past n = W its time ratio levels off instead of growing.
  */
-static crossover find_crossover(const result *r) {
+static crossover find_crossover(const result *r, bool win) {
     crossover x = {NAN, "none", NAN, NAN};
     double lr[MAX_N];
     for (int i = 0; i < r->np; ++i)
-        lr[i] = log(r->pt[i].t[ATT].med / r->pt[i].t[LIN].med);
+        lr[i] = log((win ? r->pt[i].tw : r->pt[i].t)[ATT].med / r->pt[i].t[LIN].med);
     int i1 = -1;
     if (r->np > 0 && lr[0] > 0) {
         x.kind = "below-range";
@@ -302,7 +327,7 @@ static crossover find_crossover(const result *r) {
         for (int i = 1; i < r->np && i1 < 0; ++i)
             if (lr[i] > 0)
                 i1 = i;
-        if (i1 < 0 && r->np >= 2 && lr[r->np - 1] > lr[r->np - 2])
+        if (i1 < 0 && !win && r->np >= 2 && lr[r->np - 1] > lr[r->np - 2])
             i1 = r->np - 1, x.kind = "extrapolated";
         else if (i1 > 0)
             x.kind = "interpolated";
@@ -319,8 +344,9 @@ static crossover find_crossover(const result *r) {
     double ra = gflops(lin_macs(&r->cfg, a->n), a->t[LIN].med),
            rb = gflops(lin_macs(&r->cfg, b->n), b->t[LIN].med);
     x.rate_lin = exp(log(ra) + s * (log(rb) - log(ra)));
-    ra = gflops(att_macs(&r->cfg, a->n), a->t[ATT].med);
-    rb = gflops(att_macs(&r->cfg, b->n), b->t[ATT].med);
+    int64_t (*macs)(const config *, int64_t) = win ? win_att_macs : att_macs;
+    ra = gflops(macs(&r->cfg, a->n), (win ? a->tw : a->t)[ATT].med);
+    rb = gflops(macs(&r->cfg, b->n), (win ? b->tw : b->t)[ATT].med);
     x.rate_att = exp(log(ra) + s * (log(rb) - log(ra)));
     return x;
 }
@@ -367,6 +393,41 @@ static void explain(result *r, double peak) {
                  "overtakes later than its work does");
 }
 
+/*
+ * The same for the window. Its work is no longer n / n_theory times the linear
+ * part's (it grows as n W past n = W), so the line gives the rates near the
+ * crossover and, when there is none, the bound on the work.
+ */
+static void explain_window(result *r, double peak) {
+    const crossover *x = &r->xw;
+    const config *c = &r->cfg;
+    double bound = (double)c->window / (double)(2 * c->d + c->ff);
+    if (isnan(x->n) && bound <= 1) {
+        snprintf(r->why_w, sizeof r->why_w,
+                 "with a window of %lld keys attention's work never overtakes the linear "
+                 "part's: past n = W it grows as 2 n W d, at most W / (2d + F) = %.2f of it",
+                 (long long)c->window, bound);
+    } else if (isnan(x->n)) {
+        snprintf(r->why_w, sizeof r->why_w,
+                 "the windowed attention core stayed faster than the linear part at every n "
+                 "measured (sweep further: --nmax; its work overtakes at n = %.0f)",
+                 r->theory_w);
+    } else if (!strcmp(x->kind, "below-range")) {
+        snprintf(r->why_w, sizeof r->why_w,
+                 "the windowed attention core is already the slower part at the smallest n "
+                 "(sweep lower: --nmin)");
+    } else {
+        snprintf(r->why_w, sizeof r->why_w,
+                 "near the crossover the windowed attention core runs at %.0f GFLOP/s (%.0f%% "
+                 "of gemm) and the linear part at %.0f GFLOP/s (%.0f%%)%s",
+                 x->rate_att, 100.0 * x->rate_att / peak, x->rate_lin,
+                 100.0 * x->rate_lin / peak,
+                 bound <= 1 ? "; its work never overtakes (W <= 2d + F): the time does because "
+                              "each of its multiply-adds is slower"
+                            : "");
+    }
+}
+
 /* ---- main -------------------------------------------------------------------- */
 
 /* Check every (configuration, n) can be allocated before spending time on any. */
@@ -409,7 +470,7 @@ int main(int argc, char **argv) {
     }
     dry_run(&o);
     if (csv)
-        write_csv_header(csv);
+        write_csv_header(csv, o.cfg[0].window > 0);
 
     static result res[MAX_CONFIGS];
     static reference refs[3];              /* per dtype */
@@ -433,6 +494,7 @@ int main(int argc, char **argv) {
         result *r = &res[k];
         r->cfg = *c;
         r->theory = theory_crossover(c);
+        r->theory_w = c->window > 0 ? theory_crossover_window(c) : NAN;
         print_config_header(c, &o);
         printf("Analytic multiply-adds per layer (the lecture-7 seed's table; FLOPs = 2 MAC):\n");
         print_analytic(stdout, c, o.n, o.nn);
@@ -448,15 +510,25 @@ int main(int argc, char **argv) {
             point *p = &r->pt[r->np++];
             p->n = o.n[i];
             for (int part = 0; part < NPARTS; ++part) {
-                p->t[part] = time_part(&b, part, &o, label);
+                p->t[part] = time_part(&b, part, false, &o, label);
                 p->ws[part] = b.wsz[part];
             }
+            for (int part = ATT; part < NPARTS && c->window > 0; ++part) {
+                p->tw[part] = time_part(&b, part, true, &o, label);
+                p->wsw[part] = b.wszw[part];
+            }
             bench_free_point(&b);
-            if (!progress_on) /* a log, a pipe, CI: one line per finished n */
-                fprintf(stderr, "%s: d %lld%s n %lld done: linear %.2f ms, attention %.2f ms, "
-                        "block %.2f ms\n", prog, (long long)c->d, c->causal ? " causal" : "",
-                        (long long)o.n[i], 1e3 * p->t[LIN].med, 1e3 * p->t[ATT].med,
-                        1e3 * p->t[BLK].med);
+            if (!progress_on) { /* a log, a pipe, CI: one line per finished n */
+                fprintf(stderr,
+                        "%s: d %lld%s n %lld done: linear %.2f ms, attention %.2f ms, "
+                        "block %.2f ms",
+                        prog, (long long)c->d, c->causal ? " causal" : "", (long long)o.n[i],
+                        1e3 * p->t[LIN].med, 1e3 * p->t[ATT].med, 1e3 * p->t[BLK].med);
+                if (c->window > 0)
+                    fprintf(stderr, "; window %lld: attention %.2f ms, block %.2f ms",
+                            (long long)c->window, 1e3 * p->tw[ATT].med, 1e3 * p->tw[BLK].med);
+                fputc('\n', stderr);
+            }
             /* --quick stops a sweep once the attention core is the slower part */
             if (o.quick && p->t[ATT].med > p->t[LIN].med && r->np >= 2)
                 break;
@@ -484,10 +556,16 @@ int main(int argc, char **argv) {
     for (int k = 0; k < o.ncfg; ++k) {
         result *r = &res[k];
         print_config_header(&r->cfg, &o);
-        r->x = find_crossover(r);
+        r->x = find_crossover(r, false);
         explain(r, ref_of[k]->best);
         print_measured(r, &o, ref_of[k]->best);
         print_crossover(r);
+        if (r->cfg.window > 0) {
+            r->xw = find_crossover(r, true);
+            explain_window(r, ref_of[k]->best);
+            print_measured_window(r, ref_of[k]->best);
+            print_crossover_window(r);
+        }
         fflush(stdout);
         if (csv)
             write_csv_rows(csv, r, &o, ref_of[k], &env);

@@ -4,6 +4,7 @@
 #ifndef ATTN_BENCH_H
 #define ATTN_BENCH_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,11 +23,16 @@
    multi-head attention layer (projections + sdpa), whole encoder block. */
 enum { LIN, ATT, MHA, BLK, NPARTS };
 extern const char *const part_key[NPARTS]; /* "lin", "attn", "mha", "block" */
+/* The parts timed again with --window (ATT, MHA, BLK): "win_attn", "win_mha", "win_block"
+   (LIN, unchanged by the window, is not timed again). */
+extern const char *const win_key[NPARTS];
 
 typedef struct config {
     int64_t d, heads, ff, batch;
     attn_dtype dt;
     bool causal;
+    int64_t window; /* > 0: the attention parts also timed with a causal window of this
+                       many keys (each query sees itself and the window - 1 before it) */
 } config;
 
 typedef struct options {
@@ -49,6 +55,8 @@ typedef struct point {
     int64_t n;
     stats t[NPARTS];
     size_t ws[NPARTS]; /* workspace bytes each part asked for */
+    stats tw[NPARTS];  /* with the window: ATT, MHA, BLK (config.window > 0) */
+    size_t wsw[NPARTS];
 } point;
 
 typedef struct crossover {
@@ -64,6 +72,9 @@ typedef struct result {
     double theory;
     crossover x;
     char why[512];
+    double theory_w; /* with the window; NAN when its work never overtakes */
+    crossover xw;
+    char why_w[512];
 } result;
 
 /* The GEMM reference of one dtype, measured before the first and after the last sweep. */
@@ -92,6 +103,35 @@ static inline const char *theory_name(const config *c) {
     return c->causal ? "2(2d+F)" : "2d+F";
 }
 
+/*
+ * Multiply-adds of the attention core with a causal window of W keys: query i sees
+ * min(i + 1, W) keys, counted as the band's area n W - W^2 / 2 (the causal count's
+ * n^2 / 2 once W >= n), 2 d multiply-adds per query-key pair over all heads:
+ * B d (2 n W - W^2), W capped at n. About 2 B n W d, linear in n, for n >> W.
+ */
+static inline int64_t win_att_macs(const config *c, int64_t n) {
+    int64_t w = c->window < n ? c->window : n;
+    return c->batch * c->d * (2 * n * w - w * w);
+}
+/*
+ * n where the windowed attention's work equals the linear part's. While n <= W the
+ * window hides nothing, so for W >= 2 (2d + F) it is the causal crossover; past W the
+ * ratio is (2W - W^2 / n) / (2 (2d + F)), which reaches 1 at n = W^2 / (2 (W - 2d - F))
+ * when W > 2d + F, and never when W <= 2d + F (it stays below W / (2d + F)): NAN.
+ */
+static inline double theory_crossover_window(const config *c) {
+    double w = (double)c->window, l = (double)(2 * c->d + c->ff);
+    if (w >= 2 * l)
+        return 2 * l;
+    return w > l ? w * w / (2 * (w - l)) : NAN;
+}
+static inline const char *theory_name_window(const config *c) {
+    double w = (double)c->window, l = (double)(2 * c->d + c->ff);
+    if (w >= 2 * l)
+        return theory_name(c);
+    return w > l ? "W^2/2(W-2d-F)" : "none";
+}
+
 /* Multiply-adds of a timed part (MHA: the 4 projections and attention). */
 static inline int64_t part_macs(const config *c, int64_t n, int part) {
     switch (part) {
@@ -103,6 +143,20 @@ static inline int64_t part_macs(const config *c, int64_t n, int part) {
         return c->batch * 4 * n * c->d * c->d + att_macs(c, n);
     default:
         return lin_macs(c, n) + att_macs(c, n);
+    }
+}
+
+/* The same with the window's attention core (config.window > 0). */
+static inline int64_t win_part_macs(const config *c, int64_t n, int part) {
+    switch (part) {
+    case LIN:
+        return lin_macs(c, n);
+    case ATT:
+        return win_att_macs(c, n);
+    case MHA:
+        return c->batch * 4 * n * c->d * c->d + win_att_macs(c, n);
+    default:
+        return lin_macs(c, n) + win_att_macs(c, n);
     }
 }
 
@@ -136,7 +190,9 @@ void print_analytic(FILE *f, const config *c, const int64_t *ns, int nn);
 void print_config_header(const config *c, const options *o);
 void print_measured(const result *r, const options *o, double peak);
 void print_crossover(const result *r);
-void write_csv_header(FILE *f);
+void print_measured_window(const result *r, double peak);
+void print_crossover_window(const result *r);
+void write_csv_header(FILE *f, bool window);
 void write_csv_rows(FILE *f, const result *r, const options *o, const reference *ref,
                     const bench_env *env);
 void write_json(const char *path, const result *res, int nres, const options *o,

@@ -33,6 +33,9 @@ static void usage(FILE *f) {
                "  --batch N        batch B (1)\n"
                "  --dtype f32|f64  element type (f32)\n"
                "  --causal         causal mask (masked tiles skipped)\n"
+               "  --window W       also time attention, MHA and block with a causal sliding\n"
+               "                   window of W keys (W >= 1; implies --causal): both\n"
+               "                   curves, both crossovers, beside the full causal ones\n"
                "  --algo auto|tiled|materialized   sdpa algorithm (auto)\n"
                "  --threads N      attn's and the BLAS's threads (default: what the\n"
                "                   environment gives, as in a user's program)\n"
@@ -89,9 +92,10 @@ static const int64_t seed_ns[] = {128, 512, 1024, 4096, 16384, 65536};
 
 static const char *const switches[] = {"--help",      "--causal",     "--quick", "--version",
                                        "--tuned-env", "--seed-table", NULL};
-static const char *const valued[] = {
-    "--d",      "--heads", "--ff",   "--batch", "--dtype", "--algo", "--threads", "--reps",
-    "--warmup", "--n",     "--nmin", "--nmax",  "--csv",   "--json", "--plot",    NULL};
+static const char *const valued[] = {"--d",      "--heads",   "--ff",   "--batch",  "--dtype",
+                                     "--algo",   "--threads", "--reps", "--warmup", "--n",
+                                     "--nmin",   "--nmax",    "--csv",  "--json",   "--plot",
+                                     "--window", NULL};
 
 static bool in_list(const char *s, const char *const *list) {
     for (; *list; ++list)
@@ -148,6 +152,8 @@ void parse_args(int argc, char **argv, options *o) {
                 die(EXIT_USAGE, "--dtype wants f32 or f64, got '%s'", val);
         } else if (!strcmp(flag, "--causal")) {
             c.causal = set_causal = true;
+        } else if (!strcmp(flag, "--window")) {
+            c.window = parse_int(flag, val, 1, big);
         } else if (!strcmp(flag, "--algo")) {
             if (!strcmp(val, "auto"))
                 o->algo = ATTN_ALGO_AUTO;
@@ -207,10 +213,12 @@ void parse_args(int argc, char **argv, options *o) {
             (long long)c.d);
     if (!set_ff)
         c.ff = 4 * c.d;
+    if (c.window) /* the window is compared with full causal attention */
+        c.causal = true;
     if (o->quick) {
-        if (set_d || set_heads || set_ff || set_causal)
+        if (set_d || set_heads || set_ff || set_causal || c.window)
             die(EXIT_USAGE, "--quick sweeps fixed shapes; it cannot be combined with "
-                            "--d, --heads, --ff or --causal");
+                            "--d, --heads, --ff, --causal or --window");
         static const int64_t quick_d[2] = {256, 768};
         for (int k = 0; k < 4; ++k) {
             o->cfg[k] = c;

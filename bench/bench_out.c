@@ -18,19 +18,30 @@
  * header is Chinese; this one says the same in English, in the same columns.
  */
 void print_analytic(FILE *f, const config *c, const int64_t *ns, int nn) {
-    fprintf(f, "    %7s %18s %14s %14s\n", "n", "linear (GMAC)", "attention", "attn share");
+    fprintf(f, "    %7s %18s %14s %14s", "n", "linear (GMAC)", "attention", "attn share");
+    if (c->window > 0) /* and the same with the window */
+        fprintf(f, " %14s %14s", "window attn", "window share");
+    fputc('\n', f);
     for (int i = 0; i < nn; ++i) {
         double lin = (double)lin_macs(c, ns[i]) / 1e9, att = (double)att_macs(c, ns[i]) / 1e9;
         double pct = att / (lin + att) * 100.0;
-        fprintf(f, "    %7lld %18.2f %14.2f %13.1f%%\n", (long long)ns[i], lin, att, pct);
+        fprintf(f, "    %7lld %18.2f %14.2f %13.1f%%", (long long)ns[i], lin, att, pct);
+        if (c->window > 0) {
+            double w = (double)win_att_macs(c, ns[i]) / 1e9;
+            fprintf(f, " %14.2f %13.1f%%", w, w / (lin + w) * 100.0);
+        }
+        fputc('\n', f);
     }
 }
 
 void print_config_header(const config *c, const options *o) {
-    printf("\n== d %lld, %lld heads (D %lld), F %lld, batch %lld, %s, %s, algo %s, "
+    char win[48] = "";
+    if (c->window > 0)
+        snprintf(win, sizeof win, " and with a window of %lld keys", (long long)c->window);
+    printf("\n== d %lld, %lld heads (D %lld), F %lld, batch %lld, %s, %s%s, algo %s, "
            "%d threads ==\n",
            (long long)c->d, (long long)c->heads, (long long)(c->d / c->heads), (long long)c->ff,
-           (long long)c->batch, dtype_name(c->dt), c->causal ? "causal" : "non-causal",
+           (long long)c->batch, dtype_name(c->dt), c->causal ? "causal" : "non-causal", win,
            algo_name(o->algo), o->threads);
 }
 
@@ -68,8 +79,56 @@ void print_crossover(const result *r) {
     printf("  %s.\n", r->why);
 }
 
-/* One CSV row per (configuration, n); the columns are documented in docs/benchmarks.md. */
-void write_csv_header(FILE *f) {
+/*
+ * With the window: its attention core, MHA and block, measured like the parts above
+ * (GF/s from the window's MACs), and full causal attention's time over the window's.
+ */
+void print_measured_window(const result *r, double peak) {
+    const config *c = &r->cfg;
+    printf("With a causal window of %lld keys (key j visible iff i - %lld <= j <= i), "
+           "measured as above; GF/s from the window's MACs; full/window = full causal "
+           "attention's median / the window's\n",
+           (long long)c->window, (long long)(c->window - 1));
+    static const char *title[NPARTS] = {"", "window attn ms", "window mha ms",
+                                        "window block ms"};
+    printf("%7s |", "n");
+    for (int k = ATT; k < NPARTS; ++k)
+        printf("%16s %6s %6s %5s |", title[k], "spread", "GF/s", "%gemm");
+    printf(" %11s | workspace MiB attn/mha/block\n", "full/window");
+    for (int i = 0; i < r->np; ++i) {
+        const point *p = &r->pt[i];
+        printf("%7lld |", (long long)p->n);
+        for (int k = ATT; k < NPARTS; ++k) {
+            double g = gflops(win_part_macs(c, p->n, k), p->tw[k].med);
+            printf("%16.2f %5.1f%% %6.1f %4.0f%% |", 1e3 * p->tw[k].med,
+                   100.0 * (p->tw[k].max - p->tw[k].min) / p->tw[k].med, g, 100.0 * g / peak);
+        }
+        printf(" %10.2fx |", p->t[ATT].med / p->tw[ATT].med);
+        for (int k = ATT; k < NPARTS; ++k)
+            printf("%s%.1f", k > ATT ? " / " : " ", p->wsw[k] / 1048576.0);
+        printf("\n");
+    }
+}
+
+void print_crossover_window(const result *r) {
+    printf("Crossover with the window (W = %lld): theory ", (long long)r->cfg.window);
+    if (isnan(r->theory_w))
+        printf("none (W <= 2d + F = %lld)", (long long)(2 * r->cfg.d + r->cfg.ff));
+    else
+        printf("%s = %.0f", theory_name_window(&r->cfg), r->theory_w);
+    printf("; measured ");
+    if (isnan(r->xw.n))
+        printf("none in the range swept\n");
+    else if (!strcmp(r->xw.kind, "below-range"))
+        printf("below the first n (attention already slower at n = %.0f)\n", r->xw.n);
+    else
+        printf("%.0f (%s)\n", r->xw.n, r->xw.kind);
+    printf("  %s.\n", r->why_w);
+}
+
+/* One CSV row per (configuration, n); the columns are documented in docs/benchmarks.md.
+   window: the window's columns follow, at the end of each row. */
+void write_csv_header(FILE *f, bool window) {
     fprintf(f, "d,heads,d_head,ff,batch,dtype,causal,algo,threads,n,reps,warmup");
     for (int k = 0; k < NPARTS; ++k)
         fprintf(f, ",%s_macs", part_key[k]);
@@ -88,7 +147,25 @@ void write_csv_header(FILE *f) {
     fprintf(f, ",theory_crossover,measured_crossover,crossover_kind");
     fprintf(f,
             ",gemm_gflops_start,gemm_gflops_end,gemm_spread,tuned_env,attn_version,blas_config,"
-            "blas_corename,blas_threading,blas_threads,omp_threads,cpu,env,date\n");
+            "blas_corename,blas_threading,blas_threads,omp_threads,cpu,env,date");
+    if (window) {
+        fprintf(f, ",window");
+        for (int k = ATT; k < NPARTS; ++k)
+            fprintf(f, ",%s_macs", win_key[k]);
+        for (int k = ATT; k < NPARTS; ++k)
+            fprintf(f, ",%s_flops", win_key[k]);
+        fprintf(f, ",win_attn_share");
+        for (int k = ATT; k < NPARTS; ++k)
+            fprintf(f, ",%s_ms_median,%s_ms_min,%s_ms_max", win_key[k], win_key[k], win_key[k]);
+        for (int k = ATT; k < NPARTS; ++k)
+            fprintf(f, ",%s_gflops", win_key[k]);
+        for (int k = ATT; k < NPARTS; ++k)
+            fprintf(f, ",%s_frac_gemm", win_key[k]);
+        for (int k = ATT; k < NPARTS; ++k)
+            fprintf(f, ",%s_ws_bytes", win_key[k]);
+        fprintf(f, ",win_theory_crossover,win_measured_crossover,win_crossover_kind");
+    }
+    fputc('\n', f);
 }
 
 void write_csv_rows(FILE *f, const result *r, const options *o, const reference *ref,
@@ -123,10 +200,38 @@ void write_csv_rows(FILE *f, const result *r, const options *o, const reference 
         if (!isnan(r->x.n))
             fprintf(f, "%.1f", r->x.n);
         fprintf(f, ",%s", r->x.kind);
-        fprintf(f, ",%.3f,%.3f,%.4f,%d,%s,%s,%s,%s,%d,%d,%s,%s,%s\n", ref->start, ref->end,
+        fprintf(f, ",%.3f,%.3f,%.4f,%d,%s,%s,%s,%s,%d,%d,%s,%s,%s", ref->start, ref->end,
                 ref->spread, o->tuned_env, env->attn, env->blas_config, env->blas_core,
                 env->blas_threading, env->blas_threads, env->omp_threads, env->cpu, env->vars,
                 env->date);
+        if (c->window > 0) { /* the same columns for the window's parts, then its crossover */
+            int64_t wm[NPARTS];
+            for (int k = ATT; k < NPARTS; ++k)
+                wm[k] = win_part_macs(c, p->n, k);
+            fprintf(f, ",%lld", (long long)c->window);
+            for (int k = ATT; k < NPARTS; ++k)
+                fprintf(f, ",%lld", (long long)wm[k]);
+            for (int k = ATT; k < NPARTS; ++k)
+                fprintf(f, ",%lld", (long long)(2 * wm[k]));
+            fprintf(f, ",%.6f", (double)wm[ATT] / (double)wm[BLK]);
+            for (int k = ATT; k < NPARTS; ++k)
+                fprintf(f, ",%.4f,%.4f,%.4f", 1e3 * p->tw[k].med, 1e3 * p->tw[k].min,
+                        1e3 * p->tw[k].max);
+            for (int k = ATT; k < NPARTS; ++k)
+                fprintf(f, ",%.3f", gflops(wm[k], p->tw[k].med));
+            for (int k = ATT; k < NPARTS; ++k)
+                fprintf(f, ",%.4f", gflops(wm[k], p->tw[k].med) / peak);
+            for (int k = ATT; k < NPARTS; ++k)
+                fprintf(f, ",%zu", p->wsw[k]);
+            fputc(',', f);
+            if (!isnan(r->theory_w))
+                fprintf(f, "%.1f", r->theory_w);
+            fputc(',', f);
+            if (!isnan(r->xw.n))
+                fprintf(f, "%.1f", r->xw.n);
+            fprintf(f, ",%s", r->xw.kind);
+        }
+        fputc('\n', f);
     }
     fflush(f);
 }
@@ -176,6 +281,21 @@ void write_json(const char *path, const result *res, int nres, const options *o,
             fprintf(f, "\"measured_crossover\": %.1f, ", R->x.n);
         fprintf(f, "\"crossover_kind\": \"%s\",\n     \"explanation\": ", R->x.kind);
         json_string(f, R->why);
+        if (c->window > 0) { /* the window's crossover, as the one above */
+            fprintf(f, ",\n     \"window\": %lld, \"win_theory_name\": \"%s\", ",
+                    (long long)c->window, theory_name_window(c));
+            if (isnan(R->theory_w))
+                fprintf(f, "\"win_theory_crossover\": null, ");
+            else
+                fprintf(f, "\"win_theory_crossover\": %.1f, ", R->theory_w);
+            if (isnan(R->xw.n))
+                fprintf(f, "\"win_measured_crossover\": null, ");
+            else
+                fprintf(f, "\"win_measured_crossover\": %.1f, ", R->xw.n);
+            fprintf(f,
+                    "\"win_crossover_kind\": \"%s\",\n     \"win_explanation\": ", R->xw.kind);
+            json_string(f, R->why_w);
+        }
         fprintf(f, ",\n     \"points\": [\n");
         for (int i = 0; i < R->np; ++i) {
             const point *p = &R->pt[i];
@@ -187,6 +307,13 @@ void write_json(const char *path, const result *res, int nres, const options *o,
                         part_key[k], (long long)part_macs(c, p->n, k), 1e3 * p->t[k].med,
                         1e3 * p->t[k].min, 1e3 * p->t[k].max,
                         gflops(part_macs(c, p->n, k), p->t[k].med), p->ws[k]);
+            for (int k = ATT; k < NPARTS && c->window > 0; ++k)
+                fprintf(f,
+                        ", \"%s\": {\"macs\": %lld, \"ms_median\": %.4f, \"ms_min\": %.4f, "
+                        "\"ms_max\": %.4f, \"gflops\": %.3f, \"workspace_bytes\": %zu}",
+                        win_key[k], (long long)win_part_macs(c, p->n, k), 1e3 * p->tw[k].med,
+                        1e3 * p->tw[k].min, 1e3 * p->tw[k].max,
+                        gflops(win_part_macs(c, p->n, k), p->tw[k].med), p->wsw[k]);
             fprintf(f, "}%s\n", i + 1 < R->np ? "," : "");
         }
         fprintf(f, "     ]}%s\n", r + 1 < nres ? "," : "");
@@ -206,10 +333,11 @@ void write_plot(const char *path, const result *res, int nres, int threads) {
     if (!f)
         die(1, "cannot create a temporary file for the plot data");
     for (int r = 0; r < nres; ++r) {
-        for (int i = 0; i < res[r].np; ++i)
-            fprintf(f, "%lld %.6g %.6g %.6g\n", (long long)res[r].pt[i].n,
+        for (int i = 0; i < res[r].np;
+             ++i) /* n, linear, attention, block, window's attention */
+            fprintf(f, "%lld %.6g %.6g %.6g %.6g\n", (long long)res[r].pt[i].n,
                     1e3 * res[r].pt[i].t[LIN].med, 1e3 * res[r].pt[i].t[ATT].med,
-                    1e3 * res[r].pt[i].t[BLK].med);
+                    1e3 * res[r].pt[i].t[BLK].med, 1e3 * res[r].pt[i].tw[ATT].med);
         fprintf(f, "\n\n");
     }
     fclose(f);
@@ -235,19 +363,27 @@ void write_plot(const char *path, const result *res, int nres, int threads) {
            "set ylabel 'time per forward pass (ms)'\n"
            "set style line 1 lc rgb '#1f77b4' lw 2 pt 7\n"
            "set style line 2 lc rgb '#d62728' lw 2 pt 5\n"
-           "set style line 3 lc rgb '#555555' lw 1.5 pt 9 dt 3\n");
+           "set style line 3 lc rgb '#555555' lw 1.5 pt 9 dt 3\n"
+           "set style line 4 lc rgb '#ff7f0e' lw 2 pt 13 dt 4\n");
     for (int r = 0; r < nres; ++r) {
         const result *R = &res[r];
         const config *c = &R->cfg;
         bool have_x = !isnan(R->x.n);
         double lo = fmin((double)R->pt[0].n, R->theory),
                hi = fmax((double)R->pt[R->np - 1].n, R->theory);
+        bool win = c->window > 0, have_xw = win && !isnan(R->xw.n);
         if (have_x)
             lo = fmin(lo, R->x.n), hi = fmax(hi, R->x.n);
+        if (have_xw)
+            lo = fmin(lo, R->xw.n), hi = fmax(hi, R->xw.n);
         fprintf(g, "unset arrow\nunset label\nset xrange [%g:%g]\n", lo / 1.4, hi * 1.4);
-        fprintf(g, "set title 'd %lld, %lld heads, F %lld, batch %lld, %s, %s'\n",
+        char wtitle[96] = "";
+        if (win)
+            snprintf(wtitle, sizeof wtitle, ", window %lld%s", (long long)c->window,
+                     have_xw ? "" : " (no crossover with the window)");
+        fprintf(g, "set title 'd %lld, %lld heads, F %lld, batch %lld, %s, %s%s'\n",
                 (long long)c->d, (long long)c->heads, (long long)c->ff, (long long)c->batch,
-                dtype_name(c->dt), c->causal ? "causal" : "non-causal");
+                dtype_name(c->dt), c->causal ? "causal" : "non-causal", wtitle);
         /* vertical lines, their labels written along them on opposite sides */
         bool x_left = have_x && R->x.n <= R->theory;
         fprintf(g,
@@ -274,12 +410,34 @@ void write_plot(const char *path, const result *res, int nres, int threads) {
                     "tc rgb '#9467bd'\n",
                     what, R->x.n, x_left ? "-1.9,0" : "1.2,0");
         }
+        if (have_xw) { /* the window's crossover, labelled halfway up */
+            char what[64];
+            if (!strcmp(R->xw.kind, "below-range"))
+                snprintf(what, sizeof what, "window: slower from n = %.0f", R->xw.n);
+            else
+                snprintf(what, sizeof what, "window: measured %.0f%s", R->xw.n,
+                         strcmp(R->xw.kind, "interpolated") ? " (extrapolated)" : "");
+            fprintf(g,
+                    "set arrow from %g, graph 0 to %g, graph 1 nohead lw 1.5 dt 4 lc rgb "
+                    "'#ff7f0e'\n",
+                    R->xw.n, R->xw.n);
+            fprintf(g,
+                    "set label '%s' at %g, graph 0.5 rotate by 90 left offset 1.2,0 "
+                    "tc rgb '#ff7f0e'\n",
+                    what, R->xw.n);
+        }
         fprintf(g,
                 "plot '%s' index %d using 1:2 with linespoints ls 1 title 'linear part "
                 "(QKVO + FFN)', '' index %d using 1:3 with linespoints ls 2 title "
-                "'attention core (sdpa)', '' index %d using 1:4 with linespoints ls 3 "
-                "title 'encoder block'\n",
-                data, r, r, r);
+                "'attention core (sdpa%s)', '' index %d using 1:4 with linespoints ls 3 "
+                "title 'encoder block'",
+                data, r, r, win ? ", full causal" : "", r);
+        if (win)
+            fprintf(g,
+                    ", '' index %d using 1:5 with linespoints ls 4 title 'attention core, "
+                    "window of %lld keys'",
+                    r, (long long)c->window);
+        fputc('\n', g);
     }
     fprintf(g, "unset multiplot\n");
     int rc = pclose(g);

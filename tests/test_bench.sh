@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # attn-bench on tiny sizes: its CSV columns, the analytic counts against the formulas
-# recomputed here, the seed's table verbatim, and exit status 2 on bad arguments. TAP.
+# recomputed here (with --window too), the seed's table verbatim, and exit status 2 on bad
+# arguments. TAP.
 bench="$1"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 n_tests=0; failed=0
@@ -113,6 +114,74 @@ check "causal, batch 2, F 48, f64, --nmin/--nmax: MACs match the formulas" verif
 run "$tmp/c.csv" --d 16 --heads 2 --n 12 --algo materialized
 check "materialized algorithm runs and counts right" verify "$tmp/c.csv" 16 2 64 1 0 1
 
+# --- --window W: the window's columns appended after the others, recomputed here ---
+wexpected="$expected,window"
+for k in macs flops; do
+  for p in attn mha block; do wexpected="$wexpected,win_${p}_$k"; done
+done
+wexpected="$wexpected,win_attn_share"
+for p in attn mha block; do
+  wexpected="$wexpected,win_${p}_ms_median,win_${p}_ms_min,win_${p}_ms_max"
+done
+for k in gflops frac_gemm ws_bytes; do
+  for p in attn mha block; do wexpected="$wexpected,win_${p}_$k"; done
+done
+wexpected="$wexpected,win_theory_crossover,win_measured_crossover,win_crossover_kind"
+
+# The window's attention: query i sees min(i + 1, W) keys, summed here pair by pair, less
+# half the diagonal as the causal count n^2 d leaves it out: B 2 d (pairs - min(n, W) / 2).
+# Theory: 2 (2d + F) once W reaches it, W^2 / (2 (W - 2d - F)) for W > 2d + F, else none.
+verify_window() { # csv, d, ff, batch, W, rows
+  awk -F, -v d="$2" -v f="$3" -v b="$4" -v W="$5" -v rows="$6" '
+    NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+    {
+      n = $col["n"]; seen++
+      pairs = 0; for (i = 0; i < n; i++) pairs += (i + 1 < W ? i + 1 : W)
+      w = n < W ? n : W
+      att = b * 2 * d * (pairs - w / 2)
+      lin = b * (4 * n * d * d + 2 * n * d * f)
+      want["attn"] = att; want["mha"] = b * 4 * n * d * d + att; want["block"] = lin + att
+      if ($col["window"] != W || $col["causal"] != 1) { print "window or causal column wrong"; bad = 1 }
+      if (n <= W && $col["win_attn_macs"] != $col["attn_macs"]) { print "n " n " <= W: window count differs from causal"; bad = 1 }
+      for (p in want) {
+        c = "win_" p
+        if ($col[c "_macs"] != want[p]) { print "n " n ": " c "_macs " $col[c "_macs"] " != " want[p]; bad = 1 }
+        if ($col[c "_flops"] != 2 * want[p]) { print "n " n ": " c "_flops wrong"; bad = 1 }
+        if (!($col[c "_ms_median"] > 0) || $col[c "_ms_min"] > $col[c "_ms_median"] ||
+            $col[c "_ms_median"] > $col[c "_ms_max"]) { print "n " n ": " c " times not ordered"; bad = 1 }
+        if (!($col[c "_gflops"] > 0) || !($col[c "_frac_gemm"] > 0)) { print "n " n ": " c " rates not positive"; bad = 1 }
+        if (!($col[c "_ws_bytes"] > 0)) { print "n " n ": " c "_ws_bytes not positive"; bad = 1 }
+      }
+      share = att / (lin + att)
+      if ($col["win_attn_share"] - share > 1e-6 || share - $col["win_attn_share"] > 1e-6) { print "win_attn_share wrong"; bad = 1 }
+      l = 2 * d + f
+      theory = W >= 2 * l ? 2 * l : W > l ? W * W / (2 * (W - l)) : ""
+      got = $col["win_theory_crossover"]
+      if (theory == "" ? got != "" : (got == "" || got - theory > 0.05 || theory - got > 0.05)) { print "win_theory_crossover " got ", want " theory; bad = 1 }
+      kind = $col["win_crossover_kind"]
+      if (kind !~ /^(interpolated|below-range|none)$/ ||  # never extrapolated
+          (kind == "none") != ($col["win_measured_crossover"] == "")) { print "win crossover " $col["win_measured_crossover"] " " kind; bad = 1 }
+    }
+    END { if (seen != rows) { print seen " rows, want " rows; bad = 1 }; exit bad }' "$1" >"$tmp/err"
+}
+
+if run "$tmp/w.csv" --d 16 --heads 2 --ff 16 --window 64 --n 16,32,64,128,256 --json "$tmp/w.json"
+then ok "attn-bench --window 64 runs"; else not_ok "attn-bench --window 64 runs"; fi
+check "--window: CSV header is the documented columns, the window's appended" \
+  test "$(head -n 1 "$tmp/w.csv")" = "$wexpected"
+check "--window: the full causal columns still match the formulas" verify "$tmp/w.csv" 16 2 16 1 1 5
+check "--window 64 (2d + F = 48): the window's columns match the formulas" \
+  verify_window "$tmp/w.csv" 16 16 1 64 5
+check "--window: stdout has the window's table and crossover (theory 128)" \
+  sh -c "grep -q 'full/window' '$tmp/out' && grep -q '^Crossover with the window (W = 64): theory W^2/2(W-2d-F) = 128;' '$tmp/out'"
+check "--window: JSON has the window and its parts" \
+  sh -c "grep -q '\"window\": 64' '$tmp/w.json' && grep -q '\"win_attn\": {\"macs\"' '$tmp/w.json'"
+run "$tmp/v.csv" --d 32 --heads 2 --batch 2 --dtype f64 --algo materialized --window 8 --n 8,16,32
+check "--window 8 (2d + F = 192), batch 2, f64, materialized: columns match, no theory" \
+  verify_window "$tmp/v.csv" 32 128 2 8 3
+check "--window 8: stdout says its work never overtakes" \
+  sh -c "grep -q '^Crossover with the window (W = 8): theory none' '$tmp/out' && grep -q 'never overtakes' '$tmp/out'"
+
 # --- bad arguments: one line on stderr, exit status 2, never a crash ---
 bad() { # description, then arguments
   d="$1"; shift
@@ -133,6 +202,10 @@ bad "algo unknown" --algo fast
 bad "missing value" --reps
 bad "plot suffix" --plot out.pdf
 bad "--quick with --d" --quick --d 128
+bad "window zero" --window 0
+bad "window negative" --window -4
+bad "window not a number" --window 8x
+bad "--quick with --window" --quick --window 64
 bad "workspace that cannot be allocated" --threads 1 --d 1024 --heads 16 --ff 64 --n 4194304
 bad "counts that overflow" --d 1048576 --heads 1 --n 1099511627776
 
