@@ -46,10 +46,15 @@ static int blas_parallel(void) {
 #endif
 }
 
-/* Never inlined: clang treats the omp_* queries as free of side effects and hoists
-   them above a caller's early return; their first call registers the thread with
-   libomp, whose destructor then deadlocks OpenBLAS's fork handler. */
+static _Thread_local bool on_server; /* this thread runs attn tasks for OpenBLAS's server */
+
+/* A server worker is never in an OpenMP region, and must not ask: an omp_* query
+   registers the thread with libomp, whose destructor then deadlocks OpenBLAS's fork
+   handler joining that worker. Never inlined: clang treats the query as free of side
+   effects and would hoist it above the check. */
 __attribute__((noinline)) static bool in_omp_region(void) {
+    if (on_server)
+        return false;
 #if ATTN_HAVE_OPENMP
     return omp_get_active_level() > 0;
 #else
@@ -97,7 +102,7 @@ static void serial_begin(void) {
     }
 #endif
 #if ATTN_HAVE_OPENMP
-    serial_icv = omp_get_max_threads();
+    serial_icv = on_server ? 1 : omp_get_max_threads(); /* see in_omp_region */
     if (serial_icv > 1)
         omp_set_num_threads(1);
 #endif
@@ -132,8 +137,6 @@ void attn__one_thread_end(int token) {
     if (token)
         serial_end();
 }
-
-static _Thread_local bool on_server; /* this thread runs attn tasks for OpenBLAS's server */
 
 int attn__blas_begin(void) {
 #if ATTN_HAVE_OPENBLAS_THREADS
