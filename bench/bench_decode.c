@@ -21,14 +21,21 @@
  * effective bandwidth (K and V bytes / median time) as a share of the
  * machine's read bandwidth (read_bandwidth.h: two threads, one load per cache
  * line over 512 MiB), and beside a plain streaming read of the very same
- * buffers (a vectorized sum over them, on the same number of threads),
- * interleaved rep by rep with decode so that both see the same machine load;
- * the read bandwidth's passes follow each row's reps (a 512 MiB pass between
- * them would evict the buffers the two read). Medians; the load average is
- * printed.
+ * buffers (a vectorized sum over them, on the same number of threads, an
+ * OpenMP loop). Each row times its decode reps back to back, then the stream's,
+ * then the read bandwidth's passes (a 512 MiB pass between them would evict
+ * the buffers the two read). The blocks are not interleaved rep by rep: with
+ * the pthread OpenBLAS, decode runs on the BLAS's threads and the stream on
+ * OpenMP's, and each set keeps polling for a while after its work, so
+ * alternating them would time each against the other's polling threads.
+ * Medians; the load average is printed.
+ *
+ * --ragged gives the B sequences different lengths, Tk for the first down to
+ * about Tk/2 for the last (len[b] = Tk - b Tk / 2B): the bytes are those of
+ * the valid rows, and the row is labelled by its longest.
  *
  * Usage: attn-bench-decode [--reps N=15] [--tkmax N=32768] [--b LIST=1,8]
- *                          [--h 12] [--d 64] [--hkv H] [--csv FILE]
+ *                          [--h 12] [--d 64] [--hkv H] [--ragged] [--csv FILE]
  */
 
 static double now(void) { return bench_now(); }
@@ -55,15 +62,33 @@ CLONES static float sum_f32(const float *x, size_t n) {
     return s;
 }
 
-/* Read k and v (n floats each) once, split over nt threads: a plain streaming read. */
-static float stream_read(const float *k, const float *v, size_t n, int nt) {
+/*
+ * Read the valid rows of k and v once, split over nt threads: a plain streaming read. The
+ * cache is (B, Hkv, Tk, D) with len[b] valid rows per (b, head); when every length is Tk the
+ * two buffers are read as one contiguous run each, split evenly.
+ */
+static float stream_read(const float *k, const float *v, const int64_t *len, int64_t B,
+                         int64_t Hkv, int64_t Tk, int64_t D, int nt) {
+    size_t n = (size_t)(B * Hkv * Tk * D), run = (size_t)(Tk * D), have = 0;
+    for (int64_t b = 0; b < B; ++b)
+        have += (size_t)(len[b] * Hkv * D);
     float total = 0;
+    if (have == n) {
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(nt) reduction(+ : total) schedule(static)
 #endif
-    for (int t = 0; t < nt; ++t) {
-        size_t lo = n * (size_t)t / (size_t)nt, hi = n * (size_t)(t + 1) / (size_t)nt;
-        total += sum_f32(k + lo, hi - lo) + sum_f32(v + lo, hi - lo);
+        for (int t = 0; t < nt; ++t) {
+            size_t lo = n * (size_t)t / (size_t)nt, hi = n * (size_t)(t + 1) / (size_t)nt;
+            total += sum_f32(k + lo, hi - lo) + sum_f32(v + lo, hi - lo);
+        }
+    } else {
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) reduction(+ : total) schedule(static)
+#endif
+        for (int64_t bh = 0; bh < B * Hkv; ++bh) {
+            size_t at = (size_t)bh * run, m = (size_t)(len[bh / Hkv] * D);
+            total += sum_f32(k + at, m) + sum_f32(v + at, m);
+        }
     }
     (void)nt;
     return total;
@@ -92,6 +117,7 @@ int main(int argc, char **argv) {
     int64_t bs[8] = {1, 8};
     int nb = 2;
     const char *csv = NULL;
+    bool ragged = false;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -103,6 +129,8 @@ int main(int argc, char **argv) {
             Hkv = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--d") && i + 1 < argc)
             D = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--ragged"))
+            ragged = true;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
             csv = argv[++i];
         else if (!strcmp(argv[i], "--b") && i + 1 < argc) {
@@ -111,7 +139,7 @@ int main(int argc, char **argv) {
                 bs[nb++] = atoll(t);
         } else {
             fprintf(stderr, "usage: attn-bench-decode [--reps N] [--tkmax N] [--b 1,8] [--h H] "
-                            "[--hkv H] [--d D] [--csv FILE]\n");
+                            "[--hkv H] [--d D] [--ragged] [--csv FILE]\n");
             return 2;
         }
     }
@@ -169,29 +197,34 @@ int main(int argc, char **argv) {
             attn_view_init(&kv, ATTN_F32, k, 4, (int64_t[]){B, Hkv, Tk, D});
             attn_view_init(&vv, ATTN_F32, v, 4, (int64_t[]){B, Hkv, Tk, D});
             int64_t *len = malloc(sizeof(int64_t) * (size_t)B);
-            for (int64_t b = 0; b < B; ++b)
-                len[b] = Tk;
+            double rows = 0; /* valid rows of one head, all batches */
+            for (int64_t b = 0; b < B; ++b) {
+                len[b] = ragged ? Tk - b * Tk / (2 * B) : Tk;
+                rows += (double)len[b];
+            }
             size_t ws = attn_sdpa_decode_workspace_size(&qv, &kv, &vv, NULL);
             void *work = bench_alloc64(ws);
             attn_status st =
                 attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
             if (st)
                 die("attn_sdpa_decode", st);
-            volatile float sink = stream_read(k, v, n, nt); /* warm both */
+            volatile float sink = stream_read(k, v, len, B, Hkv, Tk, D, nt); /* warm both */
             double td[101], ts[101], tr[101];
             for (int r = 0; r < reps; ++r) {
                 double t0 = now();
                 attn_sdpa_decode(&qv, &kv, &vv, len, true, NULL, &ov, NULL, work, ws);
                 td[r] = now() - t0;
-                t0 = now();
-                sink += stream_read(k, v, n, nt);
+            }
+            for (int r = 0; r < reps; ++r) {
+                double t0 = now();
+                sink += stream_read(k, v, len, B, Hkv, Tk, D, nt);
                 ts[r] = now() - t0;
             }
             for (int r = 0; r < reps; ++r)
                 tr[r] = rbw_pass(rbuf);
             (void)sink;
             double d = median(td, reps), s = median(ts, reps), bw = median(tr, reps);
-            double bytes = 2.0 * (double)n * 4;
+            double bytes = 2.0 * rows * (double)(Hkv * D) * 4;
             printf("%3lld %7lld %10.1f %11.1f %11.2f %9.2f %7.0f%% %11.1f %11.2f %6.0f%%\n",
                    (long long)B, (long long)Tk, bytes / 1e6, 1e6 * d, bytes / d / 1e9, bw,
                    100 * bytes / d / 1e9 / bw, 1e6 * s, bytes / s / 1e9, 100 * s / d);

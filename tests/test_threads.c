@@ -912,8 +912,8 @@ static attn_encoder_params encoder_block(attn_dtype dt, int64_t C, attn_encoder_
     return prm;
 }
 
-/* sdpa (tiled with a key split and materialized, causal or not, with lse), decode and the
-   encoder block give the same bits for threads 1, 2, 3 and 0 (run under both OpenBLAS
+/* sdpa (tiled with a key split and materialized, causal or not, with lse), decode, a cached
+   one-token MHA step and the encoder block give the same bits for threads 1, 2, 3 and 0 (run under both OpenBLAS
    builds: threads and threads_openmp). */
 START_TEST(th_bits_every_thread_count) {
     static const int counts[] = {1, 2, 3, 0};
@@ -955,6 +955,33 @@ START_TEST(th_bits_every_thread_count) {
         for (int c = 0; c < 4; ++c)
             free(co[c].data);
         free(cq.data), free(ck.data), free(cv.data);
+        /* a cached MHA step of one token (its projections one-row GEMVs) at prefix 500 */
+        attn_mha_config mc = {.dtype = dt, .d_model = 64, .heads = 4, .bias = true};
+        size_t mb = attn_mha_params_size(&mc), kb = attn_kv_cache_size(&mc, 1, 600);
+        void *mslab = aligned_alloc(64, (mb + 63) / 64 * 64),
+             *kslab = aligned_alloc(64, (kb + 63) / 64 * 64);
+        ck_assert(mslab && kslab);
+        attn_mha_params mp;
+        attn_kv_cache kc;
+        OK(attn_mha_params_bind(&mp, &mc, mslab, mb));
+        OK(attn_kv_cache_bind(&kc, &mc, 1, 600, kslab, kb));
+        attn_view *mv[] = {&mp.wq, &mp.wk, &mp.wv, &mp.wo, &mp.bq, &mp.bk, &mp.bv, &mp.bo,
+                           &kc.k, &kc.v};
+        for (size_t i = 0; i < sizeof mv / sizeof mv[0]; ++i)
+            tu_fill(mv[i], &seed, 0.1);
+        int64_t xs1[3] = {1, 1, 64};
+        attn_view sx = bits_view(dt, 3, xs1, &seed), so[4];
+        for (int c = 0; c < 4; ++c) {
+            so[c] = bits_view(dt, 3, xs1, NULL);
+            kc.len[0] = 500;
+            attn_step_opts sop = {.threads = counts[c]};
+            OK(attn_mha_step(&mc, &mp, &sop, &sx, &kc, &so[c], NULL, 0));
+            if (c > 0)
+                bits_same(&so[c], &so[0], "mha step", counts[c]);
+        }
+        for (int c = 0; c < 4; ++c)
+            free(so[c].data);
+        free(sx.data), free(mslab), free(kslab);
         /* the encoder block, pre-norm, causal */
         attn_encoder_config cfg;
         void *slab;
