@@ -20,9 +20,10 @@
  *    server workers (its exported gotoblas_pthread), else an OpenMP team (libgomp's
  *    threads: the OpenMP OpenBLAS's own). The calling thread takes tasks too. Every BLAS
  *    call inside the loop is single-threaded. Where neither exists, n is 1.
- * 3. The loop runs on its calling thread alone instead when that thread is inside an
- *    active OpenMP region, or while another thread's attn loop has the BLAS's threads
- *    (they serve one attn loop at a time); its products are then as in 5 (or 4).
+ * 3. The BLAS's threads serve one attn loop at a time: a loop from another host thread
+ *    waits, asleep, until they are free. A loop inside the caller's active OpenMP region,
+ *    or nested in a task of a loop, runs on its calling thread alone instead, its
+ *    products as in 4 (or 5).
  * 4. A call with threads = 1, or made inside an active OpenMP region, runs wholly on its
  *    calling thread, its BLAS calls single-threaded too.
  * 5. Any other product outside a loop (projections, FFN, attn_gemm) is one BLAS call,
@@ -275,12 +276,30 @@ static bool run_in_team(job *j, int n) {
 static bool run_in_team(job *j, int n) { (void)j, (void)n; return false; }
 #endif
 
-static atomic_bool loop_busy; /* the BLAS's threads are running an attn loop */
+/* The BLAS's threads serve one attn loop at a time: a loop from another thread waits for
+   them (asleep on loop_lock). A loop nested in a task of a loop (on the loop's caller or
+   on a server worker) runs on its thread alone, as does one inside the caller's OpenMP
+   region. */
+static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local bool in_loop; /* this thread is running a loop's tasks */
+static pthread_once_t lock_once = PTHREAD_ONCE_INIT;
 
-/* May this loop have the BLAS's threads? Not inside the caller's OpenMP region, and
-   not while another thread's loop has them. */
+/* A fork child has only the forking thread: locks another thread held are free again. */
+static void locks_after_fork(void) {
+    pthread_mutex_init(&loop_lock, NULL);
+#if ATTN_HAVE_OPENBLAS_THREADS
+    pthread_mutex_init(&count_lock, NULL);
+#endif
+}
+
+static void locks_register(void) { pthread_atfork(NULL, NULL, locks_after_fork); }
+
 static bool take_threads(void) {
-    return !in_omp_region() && !atomic_exchange_explicit(&loop_busy, true, memory_order_acquire);
+    if (in_loop || on_server || in_omp_region())
+        return false;
+    pthread_once(&lock_once, locks_register);
+    pthread_mutex_lock(&loop_lock);
+    return true;
 }
 
 void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx) {
@@ -293,11 +312,13 @@ void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *c
         return;
     }
     if (take_threads()) {
+        in_loop = true;
         serial_begin(); /* before any task runs: every BLAS call in the loop is serial */
         if (!run_on_server(&j, nthreads))
             (void)run_in_team(&j, nthreads);
         serial_end();
-        atomic_store_explicit(&loop_busy, false, memory_order_release);
+        in_loop = false;
+        pthread_mutex_unlock(&loop_lock);
     }
     run_tasks(&j, 0); /* what is left: all of it when the loop runs on this thread alone */
 }
