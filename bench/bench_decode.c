@@ -30,6 +30,10 @@
  * alternating them would time each against the other's polling threads.
  * Medians; the load average is printed.
  *
+ * A second table times a generation step's one-row products (attn_gemm with
+ * one row, which goes to the BLAS's GEMV) on weights that come from memory,
+ * the other part of a step's floor.
+ *
  * --ragged gives the B sequences different lengths, Tk for the first down to
  * about Tk/2 for the last (len[b] = Tk - b Tk / 2B): the bytes are those of
  * the valid rows, and the row is labelled by its longest.
@@ -109,6 +113,67 @@ static void die(const char *what, attn_status st) {
 static const char *blas_core(void) {
     char *(*f)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
     return f ? f() : "unknown";
+}
+
+/*
+ * The one-row products of a generation step (the generate example's model: d 768, F 3072,
+ * f32) through attn_gemm, as a step makes them, in attn's (in, out) layout and as the
+ * transposed view of PyTorch's (out, in). Each weight is used in enough copies (512 MiB or
+ * more, in turn) that it comes from memory, not the caches; GB/s is weight bytes over the
+ * median time of one product, beside the read bandwidth measured right after.
+ */
+static void gemv_rows(int reps, const char *rbuf) {
+    static const struct {
+        const char *name;
+        int64_t in, out;
+    } w[] = {{"q, k, v", 768, 2304}, {"out", 768, 768}, {"ffn 1", 768, 3072}, {"ffn 2", 3072, 768}};
+    printf("\n# one-row products x (1, in) W through attn_gemm, f32, each W in copies of 512 MiB or "
+           "more used in turn (from memory)\n%-8s %5s %5s %-10s %9s %9s %9s %8s\n",
+           "product", "in", "out", "W layout", "us", "GB/s", "read GB/s", "of read");
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; ++i) {
+        size_t per = (size_t)(w[i].in * w[i].out), bytes = per * 4;
+        size_t nc = (RBW_BYTES + bytes - 1) / bytes;
+        float *wb = bench_alloc64(nc * bytes), *x = bench_alloc64((size_t)w[i].in * 4),
+              *y = bench_alloc64((size_t)w[i].out * 4);
+        if (!wb || !x || !y) {
+            fprintf(stderr, "attn-bench-decode: out of memory for the one-row products\n");
+            exit(1);
+        }
+        fill(wb, nc * per, 5);
+        fill(x, (size_t)w[i].in, 6);
+        attn_view xv, yv;
+        attn_view_init(&xv, ATTN_F32, x, 2, (int64_t[]){1, w[i].in});
+        attn_view_init(&yv, ATTN_F32, y, 2, (int64_t[]){1, w[i].out});
+        for (int torch = 0; torch < 2; ++torch) {
+            double t[101], tr[101];
+            for (int r = 0; r < reps; ++r) {
+                double t0 = now();
+                for (size_t c = 0; c < nc; ++c) {
+                    attn_view wv, ot;
+                    if (torch) { /* (out, in) seen as (in, out) */
+                        attn_view_init(&ot, ATTN_F32, wb + c * per, 2,
+                                       (int64_t[]){w[i].out, w[i].in});
+                        attn_view_transpose(&ot, 0, 1, &wv);
+                    } else
+                        attn_view_init(&wv, ATTN_F32, wb + c * per, 2,
+                                       (int64_t[]){w[i].in, w[i].out});
+                    attn_status st = attn_gemm(ATTN_NO_TRANS, ATTN_NO_TRANS, 1.0, &xv, &wv, 0.0,
+                                               &yv, NULL, 0);
+                    if (st)
+                        die("attn_gemm", st);
+                }
+                t[r] = (now() - t0) / (double)nc;
+            }
+            for (int r = 0; r < reps; ++r)
+                tr[r] = rbw_pass(rbuf);
+            double d = median(t, reps), bw = median(tr, reps);
+            printf("%-8s %5lld %5lld %-10s %9.1f %9.2f %9.2f %7.0f%%\n", w[i].name,
+                   (long long)w[i].in, (long long)w[i].out, torch ? "(out, in)" : "(in, out)",
+                   1e6 * d, (double)bytes / d / 1e9, bw, 100 * (double)bytes / d / 1e9 / bw);
+            fflush(stdout);
+        }
+        free(wb), free(x), free(y);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -243,6 +308,7 @@ int main(int argc, char **argv) {
     }
     if (out)
         fclose(out);
+    gemv_rows(reps, rbuf);
     free(rbuf);
     return 0;
 }

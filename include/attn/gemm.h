@@ -25,7 +25,8 @@ typedef enum attn_trans { ATTN_NO_TRANS = 0, ATTN_TRANS = 1 } attn_trans;
  * (ATTN_EALIAS). With beta == 0, C is not read (NaN in C does not propagate).
  *
  * A matrix whose row or column stride is 1 (row-major or column-major, any
- * leading dimension) goes straight to cblas_?gemm; any other layout
+ * leading dimension) goes straight to cblas_?gemm (cblas_?gemv when C has
+ * one row: it streams B once where GEMM packs it first); any other layout
  * (negative, zero or non-unit strides in both dims) is packed into `work`.
  * When B is shared across the batch and the batch dims of A and C fold into
  * rows, the whole batch becomes one large GEMM.
