@@ -218,9 +218,11 @@ ATTN_FOR_MPI void attn__view_copy_run(const attn_view *src, attn_view *dst);
  * A kernel with too few (batch, head, row block) tasks to share among threads cuts
  * each one's keys into chunks merged through their lse, enough chunks for about
  * ATTN__SPLIT_TASKS tasks in all. The cut depends on the shape alone, never on the
- * thread count, so a call's bits are the same for every thread count.
+ * thread count, so a call's bits are the same for every thread count. 8: four tasks a
+ * thread on two cores, two on four; more cuts smaller GEMMs and adds merges (16 made an
+ * sdpa of 12 heads at T 256 7% slower on two cores).
  */
-#define ATTN__SPLIT_TASKS 16
+#define ATTN__SPLIT_TASKS 8
 typedef void attn__task_fn(void *ctx, int64_t task, int tid);
 ATTN_HIDDEN int attn__threads(int requested, int64_t tasks, double flops);
 ATTN_HIDDEN void attn__parallel_for(int nthreads, int64_t ntasks, attn__task_fn *fn, void *ctx);
