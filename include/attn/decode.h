@@ -130,8 +130,8 @@ typedef struct attn_step_opts {
  * h / (H / Hkv). Prefill (Tq = prompt length) and decode (Tq = 1) are the
  * same call. Rows i >= n_new[b] of out are 0 and append nothing.
  * The attention runs the split-KV decode kernel when Tq is small (each
- * (batch, head) row's keys split across threads when B H is below the
- * thread count, partials merged through their lse) and attn_sdpa's tiles
+ * (batch, kv head) row's keys split when B Hkv is below 8, by the shape
+ * alone, partials merged through their lse) and attn_sdpa's tiles
  * otherwise. Cost: O(Tq C (H + Hkv) D) projections and O(Tq (L+Tq) H D)
  * attention: proportional to the new tokens times the prefix.
  * cfg: d_kv must equal d_model (self-attention). cache: for cfg
@@ -190,7 +190,8 @@ typedef struct attn_decode_opts {
  * (window, softcap, ALiBi, sinks; docs/numerics.md) with query row i at
  * position p = L - Tq + i and key j at j.
  * The keys of each (b, h) are cut into splits of opts->split keys (0 ->
- * enough splits to give every thread work when B H is below the thread
+ * about 8 (b, kv head, split) tasks when B Hkv is below 8, at least 256 keys
+ * a split: by the shape alone, so the bits do not depend on the thread
  * count); each split's partial (out, lse) is merged through the lse, the
  * same merge as ring attention. One pass over K and V: memory bound.
  * Rows with no visible key give out 0, lse -1e30. lse may be NULL. out

@@ -20,10 +20,11 @@
  *    server workers (its exported gotoblas_pthread), else an OpenMP team (libgomp's
  *    threads: the OpenMP OpenBLAS's own). The calling thread takes tasks too. Every BLAS
  *    call inside the loop is single-threaded. Where neither exists, n is 1.
- * 3. The BLAS's threads serve one attn loop at a time: a loop from another host thread
- *    waits, asleep, until they are free. A loop inside the caller's active OpenMP region,
- *    or nested in a task of a loop, runs on its calling thread alone instead, its
- *    products as in 4 (or 5).
+ * 3. The BLAS's threads serve one attn loop at a time. With pthread OpenBLAS's server a
+ *    loop from another host thread waits, asleep, until it is free; beside another
+ *    thread's OpenMP team a loop runs on its calling thread alone, its products as in 5.
+ *    A loop inside the caller's active OpenMP region, or nested in a task of a loop,
+ *    runs on its calling thread alone (4).
  * 4. A call with threads = 1, or made inside an active OpenMP region, runs wholly on its
  *    calling thread, its BLAS calls single-threaded too.
  * 5. Any other product outside a loop (projections, FFN, attn_gemm) is one BLAS call,
@@ -227,8 +228,10 @@ static void server_share_run(void *arg) {
     atomic_fetch_add_explicit(&server_done, 1, memory_order_release);
 }
 
+static bool server_usable(void) { return gotoblas_pthread && blas_parallel() == BLAS_PTHREAD; }
+
 static bool run_on_server(job *j, int n) {
-    if (!gotoblas_pthread || blas_parallel() != BLAS_PTHREAD)
+    if (!server_usable())
         return false;
     int k = blas_user_count(); /* the loop holds the process-wide count at 1 */
     if (n > k) /* the server has k - 1 workers */
@@ -242,6 +245,7 @@ static bool run_on_server(job *j, int n) {
     return true;
 }
 #else
+static bool server_usable(void) { return false; }
 static bool run_on_server(job *j, int n) { (void)j, (void)n; return false; }
 #endif
 
@@ -276,10 +280,11 @@ static bool run_in_team(job *j, int n) {
 static bool run_in_team(job *j, int n) { (void)j, (void)n; return false; }
 #endif
 
-/* The BLAS's threads serve one attn loop at a time: a loop from another thread waits for
-   them (asleep on loop_lock). A loop nested in a task of a loop (on the loop's caller or
-   on a server worker) runs on its thread alone, as does one inside the caller's OpenMP
-   region. */
+/* The BLAS's threads serve one attn loop at a time. pthread OpenBLAS has one server for
+   the process: a loop from another thread waits for it (asleep on loop_lock). OpenMP
+   teams are per calling thread: a loop that finds another thread's team running runs on
+   its calling thread alone. A loop nested in a task of a loop (on the loop's caller or on
+   a server worker), or inside the caller's OpenMP region, runs on its thread alone. */
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local bool in_loop; /* this thread is running a loop's tasks */
 static pthread_once_t lock_once = PTHREAD_ONCE_INIT;
@@ -298,6 +303,8 @@ static bool take_threads(void) {
     if (in_loop || on_server || in_omp_region())
         return false;
     pthread_once(&lock_once, locks_register);
+    if (!server_usable())
+        return pthread_mutex_trylock(&loop_lock) == 0;
     pthread_mutex_lock(&loop_lock);
     return true;
 }
