@@ -405,14 +405,21 @@ static lt fx_lt(fx_file *fx, const char *name, attn_dtype dt) {
     return lt_from_fx(fx_get(fx, name), dt);
 }
 
-static void run_encoder_case(const char *name) {
+/* A PyTorch case: its fixture name.txt and its weights name.safetensors; the dtype. */
+static attn_dtype case_open(const char *name, fx_file **fx, attn_safetensors **f) {
     char fn[128];
     snprintf(fn, sizeof fn, "%s.txt", name);
-    fx_file *fx = fx_load(fn);
-    ck_assert_ptr_nonnull(fx);
+    *fx = fx_load(fn);
+    ck_assert_ptr_nonnull(*fx);
     snprintf(fn, sizeof fn, "%s.safetensors", name);
-    attn_safetensors *f = st_open(fn);
-    attn_dtype dt = fx_meta(fx, "f64", 0) ? ATTN_F64 : ATTN_F32;
+    *f = st_open(fn);
+    return fx_meta(*fx, "f64", 0) ? ATTN_F64 : ATTN_F32;
+}
+
+static void run_encoder_case(const char *name) {
+    fx_file *fx;
+    attn_safetensors *f;
+    attn_dtype dt = case_open(name, &fx, &f);
     int64_t B = fx_meta(fx, "B", 0), T = fx_meta(fx, "T", 0), C = fx_meta(fx, "C", 0);
     int L = (int)fx_meta(fx, "L", 0);
     attn_encoder_config cfg = {
@@ -645,13 +652,9 @@ END_TEST
 /* ---- decoder stacks --------------------------------------------------------------- */
 
 static void run_decoder_case(const char *name) {
-    char fn[128];
-    snprintf(fn, sizeof fn, "%s.txt", name);
-    fx_file *fx = fx_load(fn);
-    ck_assert_ptr_nonnull(fx);
-    snprintf(fn, sizeof fn, "%s.safetensors", name);
-    attn_safetensors *f = st_open(fn);
-    attn_dtype dt = fx_meta(fx, "f64", 0) ? ATTN_F64 : ATTN_F32;
+    fx_file *fx;
+    attn_safetensors *f;
+    attn_dtype dt = case_open(name, &fx, &f);
     int64_t B = fx_meta(fx, "B", 0), T = fx_meta(fx, "T", 0), C = fx_meta(fx, "C", 0);
     int L = (int)fx_meta(fx, "L", 0);
     attn_mha_config mc = {
@@ -721,13 +724,9 @@ END_TEST
 /* ---- nn.MultiheadAttention --------------------------------------------------------- */
 
 static void run_mha_case(const char *name) {
-    char fn[128];
-    snprintf(fn, sizeof fn, "%s.txt", name);
-    fx_file *fx = fx_load(fn);
-    ck_assert_ptr_nonnull(fx);
-    snprintf(fn, sizeof fn, "%s.safetensors", name);
-    attn_safetensors *f = st_open(fn);
-    attn_dtype dt = fx_meta(fx, "f64", 0) ? ATTN_F64 : ATTN_F32;
+    fx_file *fx;
+    attn_safetensors *f;
+    attn_dtype dt = case_open(name, &fx, &f);
     attn_mha_config c = {.dtype = dt,
                          .d_model = fx_meta(fx, "C", 0),
                          .heads = fx_meta(fx, "H", 0),
