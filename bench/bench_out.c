@@ -326,6 +326,22 @@ void write_json(const char *path, const result *res, int nres, const options *o,
 bool have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
 /* Time against n, log-log, one panel per configuration, through gnuplot. */
+/* A measured crossover as a vertical line labelled along it: "<below> n = N" when attention
+   was slower over the whole range, else "<measured> N", "(extrapolated)" unless interpolated. */
+static void plot_crossover(FILE *g, const crossover *x, const char *below, const char *measured,
+                           const char *dash, double at, const char *offset, const char *color) {
+    char what[64];
+    if (!strcmp(x->kind, "below-range"))
+        snprintf(what, sizeof what, "%s n = %.0f", below, x->n);
+    else
+        snprintf(what, sizeof what, "%s %.0f%s", measured, x->n,
+                 strcmp(x->kind, "interpolated") ? " (extrapolated)" : "");
+    fprintf(g, "set arrow from %g, graph 0 to %g, graph 1 nohead lw 1.5 %slc rgb '%s'\n", x->n,
+            x->n, dash, color);
+    fprintf(g, "set label '%s' at %g, graph %g rotate by 90 left offset %s tc rgb '%s'\n", what,
+            x->n, at, offset, color);
+}
+
 void write_plot(const char *path, const result *res, int nres, int threads) {
     char data[] = "/tmp/attn-bench-XXXXXX";
     int fd = mkstemp(data);
@@ -394,38 +410,12 @@ void write_plot(const char *path, const result *res, int nres, int threads) {
                 "set label 'theory %s = %.0f' at %g, graph 0.03 rotate by 90 left "
                 "offset %s tc rgb '#2ca02c'\n",
                 theory_name(c), R->theory, R->theory, x_left ? "1.2,0" : "-1.9,0");
-        if (have_x) {
-            char what[64];
-            if (!strcmp(R->x.kind, "below-range"))
-                snprintf(what, sizeof what, "attention slower from n = %.0f", R->x.n);
-            else
-                snprintf(what, sizeof what, "measured %.0f%s", R->x.n,
-                         strcmp(R->x.kind, "interpolated") ? " (extrapolated)" : "");
-            fprintf(g,
-                    "set arrow from %g, graph 0 to %g, graph 1 nohead lw 1.5 lc rgb "
-                    "'#9467bd'\n",
-                    R->x.n, R->x.n);
-            fprintf(g,
-                    "set label '%s' at %g, graph 0.03 rotate by 90 left offset %s "
-                    "tc rgb '#9467bd'\n",
-                    what, R->x.n, x_left ? "-1.9,0" : "1.2,0");
-        }
-        if (have_xw) { /* the window's crossover, labelled halfway up */
-            char what[64];
-            if (!strcmp(R->xw.kind, "below-range"))
-                snprintf(what, sizeof what, "window: slower from n = %.0f", R->xw.n);
-            else
-                snprintf(what, sizeof what, "window: measured %.0f%s", R->xw.n,
-                         strcmp(R->xw.kind, "interpolated") ? " (extrapolated)" : "");
-            fprintf(g,
-                    "set arrow from %g, graph 0 to %g, graph 1 nohead lw 1.5 dt 4 lc rgb "
-                    "'#ff7f0e'\n",
-                    R->xw.n, R->xw.n);
-            fprintf(g,
-                    "set label '%s' at %g, graph 0.5 rotate by 90 left offset 1.2,0 "
-                    "tc rgb '#ff7f0e'\n",
-                    what, R->xw.n);
-        }
+        if (have_x)
+            plot_crossover(g, &R->x, "attention slower from", "measured", "", 0.03,
+                           x_left ? "-1.9,0" : "1.2,0", "#9467bd");
+        if (have_xw) /* the window's crossover, labelled halfway up */
+            plot_crossover(g, &R->xw, "window: slower from", "window: measured", "dt 4 ", 0.5,
+                           "1.2,0", "#ff7f0e");
         fprintf(g,
                 "plot '%s' index %d using 1:2 with linespoints ls 1 title 'linear part "
                 "(QKVO + FFN)', '' index %d using 1:3 with linespoints ls 2 title "
